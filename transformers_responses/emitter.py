@@ -1,0 +1,192 @@
+"""Event emission: turns the tool parser's events into the exact Responses event sequence and the final response.
+
+`Assembler` is the small state object of one response: which output item is open, the text so far, the calls.
+It owns the ordering rules — reasoning before the message, one `output_index` per item, calls one after another, no
+empty message item, the cut item `incomplete` and last — and nothing else: events are built by `events`, numbered and
+framed by `events.Sequencer`, written by the handler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import events as ev
+
+Json = dict[str, Any]
+
+# Response fields echoed from the request as they came, or None when absent.
+_ECHOED = ("instructions", "max_output_tokens", "max_tool_calls", "previous_response_id", "user",
+           "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "access_programs", "prompt_cache_options")
+
+
+def initial_response(body: Json, *, response_id: str, model: str, created_at: int, tools: list[Json]) -> Json:
+    """The response snapshot before any output: every field of `openai.types.responses.Response` present."""
+    text = dict(body.get("text") or {})
+    text.setdefault("format", {"type": "text"})
+    text.setdefault("verbosity", "medium")
+    reasoning = body.get("reasoning")
+    snapshot: Json = {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "background": bool(body.get("background") or False),
+        "completed_at": None,
+        "conversation": None,
+        "error": None,
+        "incomplete_details": None,
+        "metadata": body.get("metadata") or {},
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "top_logprobs": body.get("top_logprobs") or 0,
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": tools,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")} if reasoning else None,
+        "text": text,
+        "truncation": body.get("truncation") or "disabled",
+        "service_tier": "default" if body.get("service_tier") in (None, "auto") else body["service_tier"],
+        "store": body.get("store", True) is not False,
+        "usage": None,
+        "prompt": None,
+    }
+    for key in _ECHOED:
+        snapshot[key] = body.get(key)
+    return snapshot
+
+
+def echo_tools(tools: list[Json] | None) -> list[Json]:
+    """Tools as the response echoes them: every function field present."""
+    return [{"type": "function", "name": t["name"], "description": t.get("description"),
+             "parameters": t.get("parameters"), "strict": t.get("strict")} for t in tools or []]
+
+
+class Assembler:
+    """State of one response's output while it is generated; see the module docstring for the rules it keeps."""
+
+    def __init__(self, snapshot: Json) -> None:
+        self.snapshot = snapshot
+        self.output: list[Json] = []  # finished items, in output_index order
+        self._open: Json | None = None  # the item being written
+        self._kind = ""
+        self._parts: list[str] = []
+        self.calls = 0
+
+    # -- lifecycle --
+
+    def start(self) -> list[Json]:
+        return [ev.response_event("created", self.view("in_progress")),
+                ev.response_event("in_progress", self.view("in_progress"))]
+
+    def view(self, status: str, **extra: Any) -> Json:
+        return {**self.snapshot, "status": status, "output": list(self.output), **extra}
+
+    @property
+    def index(self) -> int:
+        return len(self.output)
+
+    # -- parser events --
+
+    def apply(self, events: list[tuple[str, str]]) -> list[Json]:
+        out: list[Json] = []
+        for kind, value in events:
+            if kind == "text":
+                if self._kind != "message":
+                    self._close(out)
+                    self._open_message(out)
+                self._parts.append(value)
+                out.append(ev.output_text_delta(self._open["id"], self.index, value))  # type: ignore[index]
+            elif kind == "reasoning":
+                if self._kind != "reasoning":
+                    self._close(out)
+                    self._open_reasoning(out)
+                self._parts.append(value)
+                out.append(ev.reasoning_text_delta(self._open["id"], self.index, value))  # type: ignore[index]
+            elif kind == "reasoning_end":
+                if self._kind == "reasoning":
+                    self._close(out)
+            elif kind == "call_start":
+                self._close(out)
+                self._open_call(value, out)
+            elif kind == "call_delta":
+                if self._kind == "call":
+                    self._parts.append(value)
+                    out.append(ev.function_call_arguments_delta(self._open["id"], self.index, value))  # type: ignore[index]
+            elif kind == "call_end":
+                if self._kind == "call":
+                    self._close(out, arguments=value)
+            elif kind == "call_abort":
+                # A call that was not a call after all: closed as incomplete, its text shown as text.
+                if self._kind == "call":
+                    self._close(out, status="incomplete")
+                self.apply_text_fallback(value, out)
+        return out
+
+    def apply_text_fallback(self, raw: str, out: list[Json]) -> None:
+        if raw:
+            out.extend(self.apply([("text", raw)]))
+
+    def finish(self, status: str, usage: Json | None, *, incomplete_reason: str | None = None,
+               error: Json | None = None) -> list[Json]:
+        """Close what is open (as `incomplete` when cut), then the terminal event with the final snapshot."""
+        out: list[Json] = []
+        self._close(out, status="incomplete" if status in ("incomplete", "failed") else "completed")
+        final = self.final(status, usage, incomplete_reason=incomplete_reason, error=error)
+        kind = {"completed": "completed", "incomplete": "incomplete", "failed": "failed"}[status]
+        out.append(ev.response_event(kind, final))
+        return out
+
+    def final(self, status: str, usage: Json | None, *, incomplete_reason: str | None = None,
+              error: Json | None = None) -> Json:
+        extra: Json = {"usage": usage}
+        if status in ("completed", "incomplete"):
+            extra["completed_at"] = ev.now()
+        if incomplete_reason:
+            extra["incomplete_details"] = {"reason": incomplete_reason}
+        if error:
+            extra["error"] = error
+        return self.view(status, **extra)
+
+    # -- items --
+
+    def _open_message(self, out: list[Json]) -> None:
+        self._open, self._kind, self._parts = {"id": ev.new_id("msg")}, "message", []
+        out.append(ev.output_item_added(self.index, ev.message_item(self._open["id"], None, "in_progress")))
+        out.append(ev.content_part_added(self._open["id"], self.index, 0, ev.output_text_part("")))
+
+    def _open_reasoning(self, out: list[Json]) -> None:
+        self._open, self._kind, self._parts = {"id": ev.new_id("rs")}, "reasoning", []
+        out.append(ev.output_item_added(self.index, ev.reasoning_item(self._open["id"], None, "in_progress")))
+
+    def _open_call(self, name: str, out: list[Json]) -> None:
+        self._open = {"id": ev.new_id("fc"), "call_id": ev.new_id("call"), "name": name}
+        self._kind, self._parts = "call", []
+        item = ev.function_call_item(self._open["id"], self._open["call_id"], name, "", "in_progress")
+        out.append(ev.output_item_added(self.index, item))
+
+    def _close(self, out: list[Json], *, status: str = "completed", arguments: str | None = None) -> None:
+        if self._open is None:
+            return
+        item_id, index, text = self._open["id"], self.index, "".join(self._parts)
+        if self._kind == "message":
+            part = ev.output_text_part(text)
+            out.append(ev.output_text_done(item_id, index, text))
+            out.append(ev.content_part_done(item_id, index, 0, part))
+            item = ev.message_item(item_id, text, status)
+        elif self._kind == "reasoning":
+            out.append(ev.reasoning_text_done(item_id, index, text))
+            item = ev.reasoning_item(item_id, text, status)
+        else:
+            args = arguments if arguments is not None else text
+            out.append(ev.function_call_arguments_done(item_id, index, self._open["name"], args))
+            item = ev.function_call_item(item_id, self._open["call_id"], self._open["name"], args, status)
+            self.calls += 1
+        out.append(ev.output_item_done(index, item))
+        self.output.append(item)
+        self._open, self._kind, self._parts = None, "", []
+
+    @property
+    def in_call(self) -> bool:
+        return self._kind == "call"

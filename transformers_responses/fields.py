@@ -1,0 +1,112 @@
+"""Request fields: what this server does with each field of `POST /v1/responses` — implement, echo, or refuse.
+
+`FIELD_POLICY` is the single table (docs/fields.md mirrors it; a test keeps the two and the openai request type in
+step). `check_supported` raises a 400 naming the param for every field or value that is valid OpenAI input but that
+this server does not honour, so nothing is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidRequestError, UnsupportedError
+
+IMPLEMENTED = "implemented"
+ECHOED = "echoed"
+REFUSED = "refused"
+
+FIELD_POLICY: dict[str, str] = {
+    "model": IMPLEMENTED,
+    "input": IMPLEMENTED,
+    "instructions": IMPLEMENTED,
+    "stream": IMPLEMENTED,
+    "stream_options": IMPLEMENTED,
+    "max_output_tokens": IMPLEMENTED,
+    "temperature": IMPLEMENTED,
+    "top_p": IMPLEMENTED,
+    "tools": IMPLEMENTED,
+    "tool_choice": IMPLEMENTED,
+    "parallel_tool_calls": IMPLEMENTED,
+    "reasoning": IMPLEMENTED,
+    "text": IMPLEMENTED,
+    "truncation": IMPLEMENTED,
+    "include": IMPLEMENTED,
+    "top_logprobs": IMPLEMENTED,
+    "generation_config": IMPLEMENTED,
+    "seed": IMPLEMENTED,
+    "chat_template_kwargs": IMPLEMENTED,
+    "store": ECHOED,
+    "metadata": ECHOED,
+    "user": ECHOED,
+    "safety_identifier": ECHOED,
+    "prompt_cache_key": ECHOED,
+    "prompt_cache_retention": ECHOED,
+    "prompt_cache_options": ECHOED,
+    "service_tier": ECHOED,
+    "access_programs": ECHOED,
+    "background": REFUSED,
+    "background_options": REFUSED,
+    "conversation": REFUSED,
+    "previous_response_id": REFUSED,
+    "max_tool_calls": REFUSED,
+    "prompt": REFUSED,
+    "context_management": REFUSED,
+    "image": REFUSED,
+    "moderation": REFUSED,
+}
+
+# `include` values that name output this server never produces (hosted tools): vacuously honoured.
+_INCLUDE_VACUOUS = {
+    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+    "message.input_image.image_url", "computer_call_output.output.image_url", "code_interpreter_call.outputs",
+}
+_NOT_YET = "is not supported by this server yet"
+
+
+def _refuse(param: str, why: str) -> UnsupportedError:
+    return UnsupportedError(f"`{param}` {why}.", param=param)
+
+
+def check_supported(body: dict[str, Any]) -> None:
+    """Raise for fields/values we would otherwise ignore; validate value ranges the types cannot express."""
+    for key, value in body.items():
+        if FIELD_POLICY.get(key) == REFUSED and value not in (None, False):
+            raise _refuse(key, _NOT_YET)
+    if body.get("max_output_tokens") is not None and body["max_output_tokens"] < 16:
+        raise InvalidRequestError(
+            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
+            f"{body['max_output_tokens']} instead.", param="max_output_tokens", code="integer_below_min_value")
+    _range(body, "temperature", 0.0, 2.0)
+    _range(body, "top_p", 0.0, 1.0)
+    _range(body, "top_logprobs", 0, 20)
+    if body.get("top_logprobs"):
+        raise _refuse("top_logprobs", "(log probabilities) " + _NOT_YET)
+    for i, item in enumerate(body.get("include") or []):
+        if item not in _INCLUDE_VACUOUS:
+            raise _refuse(f"include[{i}]", f"value {item!r} {_NOT_YET}")
+    for i, tool in enumerate(body.get("tools") or []):
+        if tool.get("type") != "function":
+            raise UnsupportedError(f"Tools of type {tool.get('type')!r} {_NOT_YET}; only function tools are.",
+                                   param=f"tools[{i}].type")
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise _refuse("tool_choice", f"value {choice!r} {_NOT_YET} (only 'auto' and 'none')")
+    fmt = (body.get("text") or {}).get("format") or {}
+    if fmt and fmt.get("type") != "text":
+        raise _refuse("text.format", f"type {fmt.get('type')!r} (structured output) {_NOT_YET}")
+    if body.get("truncation") == "auto":
+        raise _refuse("truncation", "value 'auto' " + _NOT_YET)
+    metadata = body.get("metadata") or {}
+    if len(metadata) > 16:
+        raise InvalidRequestError("Invalid 'metadata': too many keys (at most 16).", param="metadata")
+    for key, value in metadata.items():
+        if len(key) > 64 or len(value) > 512:
+            raise InvalidRequestError("Invalid 'metadata': keys are at most 64 characters and values at most 512.",
+                                      param=f"metadata.{key}")
+
+
+def _range(body: dict[str, Any], key: str, low: float, high: float) -> None:
+    value = body.get(key)
+    if value is not None and not low <= value <= high:
+        raise InvalidRequestError(f"Invalid '{key}': expected a value between {low} and {high}, but got {value}.",
+                                  param=key, code="invalid_value")

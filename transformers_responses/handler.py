@@ -1,0 +1,208 @@
+"""The `POST /v1/responses` handler: request → prompt → generation → events or a response body.
+
+`ResponsesHandler` subclasses the host's `BaseHandler`, so models resolve through the host's `ModelManager` and
+generation runs on the host's managers (sequential or continuous batching). Its own steps, each owned by a module:
+validation (`validation`, `fields`), input normalization (`normalizer`), the family tool parser (`tool_parsers`),
+event assembly (`emitter`, `events`). Errors before the first event are HTTP errors; after it, an `error` event and
+`response.failed`; either way from `errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from transformers.cli.serving.utils import BaseHandler, Modality
+
+from . import events as ev
+from . import generation, tool_parsers
+from .emitter import Assembler, echo_tools, initial_response
+from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
+from .fields import check_supported
+from .normalizer import input_items, to_chat_messages, to_template_tools
+from .validation import validate_create_request
+
+logger = logging.getLogger("transformers_responses")
+
+_EFFORT_THINKING = {"none": False, "minimal": False, "low": True, "medium": True, "high": True, "xhigh": True}
+
+
+@dataclass
+class Prepared:
+    """Everything needed to run one response, computed before any byte is sent."""
+
+    body: dict[str, Any]
+    response_id: str
+    model_id: str
+    model: Any
+    processor: Any
+    tokenizer: Any
+    inputs: Any
+    input_tokens: int
+    gen_config: Any
+    gen_manager: Any
+    parser: tool_parsers.ToolParser
+    snapshot: dict[str, Any]
+
+
+class ResponsesHandler(BaseHandler):
+    """Handler for the Responses API routes; constructed once per server by `routes.mount`."""
+
+    def __init__(self, model_manager: Any, generation_state: Any, chat_template_kwargs: dict[str, Any] | None = None,
+                 *, tool_call_parser: str = "auto") -> None:
+        super().__init__(model_manager, generation_state, chat_template_kwargs=chat_template_kwargs)
+        self.tool_call_parser = tool_call_parser
+
+    # ---- preparation ----
+
+    async def prepare(self, body: Any) -> Prepared:
+        validate_create_request(body)
+        check_supported(body)
+        body = dict(body)
+        model_id, model, processor = await self._load(body)
+        tokenizer = getattr(processor, "tokenizer", processor)
+        modality = self.model_manager.get_model_modality(model, processor=processor)
+        vision = modality in (Modality.VLM, Modality.MULTIMODAL)
+        use_cb = self.generation_state.use_continuous_batching(model, modality)
+
+        tool_choice = body.get("tool_choice") or "auto"
+        template_tools = None if tool_choice == "none" else to_template_tools(body.get("tools"))
+        messages = to_chat_messages(input_items(body), body.get("instructions"), vision=vision)
+        inputs = self._render(processor, model, messages, template_tools, body, use_cb)
+        input_ids = inputs["input_ids"]
+        input_tokens = len(input_ids) if isinstance(input_ids, list) else int(input_ids.shape[-1])
+
+        try:
+            gen_config = self._build_generation_config(body, model.generation_config, use_cb=use_cb)
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"Invalid 'generation_config': {exc}", param="generation_config") from None
+        self._fit_context(body, model, gen_config, input_tokens)
+
+        parser_cls, parser_kwargs = tool_parsers.select(self.tool_call_parser, tokenizer, model.config.model_type)
+        prompt_text = tokenizer.decode(input_ids if isinstance(input_ids, list) else input_ids[0].tolist())
+        parser = parser_cls(template_tools, prompt_tail=prompt_text, **parser_kwargs)
+
+        gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
+        if use_cb:
+            gen_manager.init_cb(model, gen_config)
+        response_id = ev.new_id("resp")
+        snapshot = initial_response(body, response_id=response_id, model=body["model"], created_at=ev.now(),
+                                    tools=echo_tools(body.get("tools")))
+        return Prepared(body, response_id, model_id, model, processor, tokenizer, inputs, input_tokens, gen_config,
+                        gen_manager, parser, snapshot)
+
+    async def _load(self, body: dict[str, Any]) -> tuple[str, Any, Any]:
+        forced = self.model_manager.force_model
+        if forced is not None and body["model"] != forced:
+            raise NotFoundError(f"The model {body['model']!r} does not exist on this server; it serves {forced!r}.",
+                                param="model", code="model_not_found")
+        try:
+            return await asyncio.to_thread(self._resolve_model, body)
+        except ResponsesError:
+            raise
+        except Exception as exc:
+            err = from_exception(exc)
+            if err.status_code >= 500 and isinstance(exc, (OSError, ValueError)):
+                raise NotFoundError(f"The model {body.get('model')!r} does not exist or could not be loaded: {exc}",
+                                    param="model", code="model_not_found") from None
+            if err.param is None and err.status_code < 500:
+                err.param = "model"
+            raise err from None
+
+    def _render(self, processor: Any, model: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                body: dict[str, Any], use_cb: bool) -> Any:
+        kwargs: dict[str, Any] = dict(self.chat_template_kwargs)
+        effort = (body.get("reasoning") or {}).get("effort")
+        tokenizer = getattr(processor, "tokenizer", processor)
+        if effort is not None and "enable_thinking" in str(getattr(tokenizer, "chat_template", "") or ""):
+            kwargs["enable_thinking"] = _EFFORT_THINKING.get(effort, True)
+        kwargs.update(body.get("chat_template_kwargs") or {})
+        try:
+            inputs = processor.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True,
+                return_tensors=None if use_cb else "pt", **kwargs)
+        except Exception as exc:  # jinja raises for conversations a template refuses (e.g. role order)
+            raise InvalidRequestError(f"The model's chat template cannot render this input: {exc}",
+                                      param="input") from None
+        if not use_cb:
+            inputs = inputs.to(model.device)
+        return inputs
+
+    @staticmethod
+    def _fit_context(body: dict[str, Any], model: Any, gen_config: Any, input_tokens: int) -> None:
+        limit = getattr(model.config, "max_position_embeddings", None)
+        requested = body.get("max_output_tokens")
+        if requested is not None:
+            gen_config.max_new_tokens = int(requested)
+        if not limit:
+            return
+        if input_tokens + (requested or 1) > limit:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {limit} tokens. However, your request has {input_tokens} "
+                f"input tokens{f' and asks for {requested} output tokens' if requested else ''}. Shorten the input "
+                "or lower max_output_tokens.", param="input", code="context_length_exceeded")
+        gen_config.max_new_tokens = min(int(gen_config.max_new_tokens), limit - input_tokens)
+
+    # ---- running ----
+
+    async def run(self, prep: Prepared, disconnected: asyncio.Event | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Generate and yield every event of the response, terminal event last. Cancels generation if abandoned."""
+        assembler = Assembler(prep.snapshot)
+        for event in assembler.start():
+            yield event
+        parallel = prep.body.get("parallel_tool_calls", True) is not False
+        gen = generation.start(prep.gen_manager, prep.model, prep.processor, prep.inputs, prep.gen_config,
+                               prep.response_id, prep.tokenizer)
+        reasoning_tokens = 0
+        parser = prep.parser
+        try:
+            async for chunk in gen.chunks():
+                parsed = parser.feed(chunk)
+                if parser.in_reasoning or any(k == "reasoning_end" for k, _ in parsed):
+                    reasoning_tokens += 1
+                for event in assembler.apply(parsed):
+                    yield event
+                if not parallel and assembler.calls >= 1 and not assembler.in_call:
+                    gen.cancel()  # parallel_tool_calls=false: one call, then the turn is over
+                    gen.saw_stop = True
+                    break
+            if gen.error is not None:
+                failure = ServerError(f"The model failed while generating: {gen.error}")
+                for event in self._failed(assembler, gen, prep, failure, reasoning_tokens):
+                    yield event
+                return
+            cut = gen.hit_length_limit
+            tail = parser.finish()
+            if cut:
+                tail = [e for e in tail if e[0] != "call_abort"]
+            for event in assembler.apply(tail):
+                yield event
+            usage = ev.usage(prep.input_tokens, gen.output_tokens, reasoning_tokens)
+            if cut:
+                events = assembler.finish("incomplete", usage, incomplete_reason="max_output_tokens")
+            else:
+                events = assembler.finish("completed", usage)
+            for event in events:
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            gen.cancel()
+            raise
+        except Exception as exc:  # a fault of ours mid-stream still ends the stream properly
+            logger.exception("response %s failed", prep.response_id)
+            gen.cancel()
+            for event in self._failed(assembler, gen, prep, exc, reasoning_tokens):
+                yield event
+
+    @staticmethod
+    def _failed(assembler: Assembler, gen: generation.Generation, prep: Prepared, exc: BaseException,
+                reasoning_tokens: int) -> list[dict[str, Any]]:
+        err = from_exception(exc)
+        code = err.code or "server_error"
+        usage = ev.usage(prep.input_tokens, gen.output_tokens, reasoning_tokens)
+        return [ev.error_event(code, err.message, err.param),
+                *assembler.finish("failed", usage, error={"code": code, "message": err.message})]
+
