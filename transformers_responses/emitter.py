@@ -51,6 +51,11 @@ def initial_response(body: Json, *, response_id: str, model: str, created_at: in
         "store": body.get("store", True) is not False,
         "usage": None,
         "prompt": None,
+        "image": None,
+        "moderation": None,
+        "input_transformations": None,
+        "prompt_cache_diagnostics": None,
+        "tool_usage": None,
     }
     for key in _ECHOED:
         snapshot[key] = body.get(key)

@@ -234,7 +234,15 @@ def request_schema() -> type:
     from openai.types.responses.response_output_refusal_param import ResponseOutputRefusalParam
     from openai.types.responses.response_output_text_param import ResponseOutputTextParam
 
-    Part = Union[ResponseInputContentParam, ResponseOutputTextParam, ResponseOutputRefusalParam]  # noqa: N806
+    # History text as clients really send it: `annotations` (required in the output type) is often left out.
+    OutputText = TypedDict(  # noqa: N806
+        "OutputText",
+        {"type": Required[Literal["output_text"]], "text": Required[str],
+         "annotations": _strip(_hints(ResponseOutputTextParam)["annotations"]),
+         "logprobs": _hints(ResponseOutputTextParam)["logprobs"]},
+        total=False,
+    )
+    Part = Union[ResponseInputContentParam, OutputText, ResponseOutputRefusalParam]  # noqa: N806
 
     RoleMessage = TypedDict(  # noqa: N806 - functional form: the annotations must be objects, not strings
         "RoleMessage",
