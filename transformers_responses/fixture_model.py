@@ -1,0 +1,457 @@
+"""A tiny, real, scripted chat model: the fixture behind the end-to-end tests and `transformers responses demo`.
+
+This module owns:
+
+* `SCRIPT`: a dozen conversations (HF chat messages, optional tools and chat-template kwargs) with the exact
+  assistant text a greedy decoder must produce for each;
+* the chat template (Qwen2.5/Qwen3 style: `<|im_start|>`/`<|im_end|>`, Hermes `<tool_call>` blocks, `<think>`);
+* `build_fixture_model()`: trains, once, a byte-level BPE tokenizer and a ~1M-parameter Qwen2 causal LM on the CPU
+  until every scripted prompt decodes exactly, and caches the result (atomically) on disk for `from_pretrained`;
+* `build_random_model()`: an untrained ~19M-parameter Qwen2 on the same tokenizer, for benchmarks;
+* `verify()`: greedy-decodes every scripted prompt with a saved model and names those that differ.
+
+Nothing heavy is imported at module import time: `torch`, `transformers` and `tokenizers` are imported inside the
+functions, so a CLI can import this module for free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "CHAT_TEMPLATE", "FORMAT_VERSION", "HYPERPARAMETERS", "SCRIPT", "Scripted", "WEATHER_TOOL", "WEATHER_TOOL_HF",
+    "build_fixture_model", "build_random_model", "build_tokenizer", "cache_dir", "encode", "fixture_path", "verify",
+]
+
+# Bump whenever the on-disk layout or the training recipe changes in a way the hash below would not see.
+FORMAT_VERSION = 1
+
+# ----- prompts and completions (tests import these instead of repeating literals) -----
+GREETING = "Hi"
+PIRATE_SYSTEM = "You are a pirate."
+BRIEF_SYSTEM = "Be brief."
+NAME_INTRO = "My name is Ada."
+NAME_QUESTION = "What is my name?"
+WEATHER_PARIS = "What is the weather in Paris?"
+WEATHER_PARIS_TOKYO = "What is the weather in Paris and Tokyo?"
+THINK_PROMPT = "What is 2+2? Think first."
+JSON_CAT = "Describe a cat as JSON."
+COUNT_PROMPT = "Count from 1 to 40."
+PARIS_RESULT = '{"temperature": 22, "condition": "sunny"}'
+TOKYO_RESULT = '{"temperature": 18, "condition": "rainy"}'
+
+GREETING_REPLY = "Hello! How can I help you today?"
+PIRATE_REPLY = "Ahoy, matey! What be ye needin'?"
+BRIEF_REPLY = "Hi!"
+NAME_INTRO_REPLY = "Nice to meet you, Ada!"
+NAME_RECALL_REPLY = "Your name is Ada."
+PARIS_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TOKYO_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo"}}\n</tool_call>'
+PARALLEL_CALLS = PARIS_CALL + "\n" + TOKYO_CALL
+WEATHER_ANSWER = "It is sunny and 22 degrees in Paris."
+WEATHER_PARALLEL_ANSWER = "Paris is sunny and 22 degrees; Tokyo is rainy and 18 degrees."
+THINK_REASONING = "2 plus 2 makes 4."
+THINK_ANSWER = "The answer is 4."
+THINK_REPLY = f"<think>\n{THINK_REASONING}\n</think>\n\n{THINK_ANSWER}"
+JSON_CAT_REPLY = '{"animal": "cat", "legs": 4, "sound": "meow"}'
+COUNT_REPLY = ", ".join(str(i) for i in range(1, 41))
+
+_WEATHER_PARAMETERS: dict[str, Any] = {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+}
+# The Responses API form (what a client sends) ...
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function", "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": _WEATHER_PARAMETERS, "strict": True,
+}
+# ... and the form handed to `apply_chat_template` (key order matters: it is rendered with `tojson`).
+WEATHER_TOOL_HF: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "Get the current weather in a city.",
+                 "parameters": _WEATHER_PARAMETERS},
+}
+
+END_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>")
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """One scripted conversation: the prompt (`messages`, `tools`, `chat_template_kwargs`) and the exact reply.
+
+    `completion` excludes the end token (`<|im_end|>`), which the model emits right after it. Instances hold dicts,
+    so they compare by value but are not hashable.
+    """
+
+    name: str
+    messages: tuple[dict[str, Any], ...]
+    completion: str
+    tools: tuple[dict[str, Any], ...] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for `tokenizer.apply_chat_template` (besides `add_generation_prompt`)."""
+        return {"tools": list(self.tools) if self.tools else None, **(self.chat_template_kwargs or {})}
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def _system(text: str) -> dict[str, Any]:
+    return {"role": "system", "content": text}
+
+
+def _calls(*cities: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
+        for i, city in enumerate(cities, 1)]}
+
+
+def _result(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+_TOOLS = (WEATHER_TOOL_HF,)
+SCRIPT: tuple[Scripted, ...] = (
+    Scripted("greeting", (_user(GREETING),), GREETING_REPLY),
+    Scripted("pirate", (_system(PIRATE_SYSTEM), _user(GREETING)), PIRATE_REPLY),
+    Scripted("greeting_dev", (_system(BRIEF_SYSTEM), _user(GREETING)), BRIEF_REPLY),
+    Scripted("name_intro", (_user(NAME_INTRO),), NAME_INTRO_REPLY),
+    Scripted("name_recall", (_user(NAME_INTRO), {"role": "assistant", "content": NAME_INTRO_REPLY},
+                             _user(NAME_QUESTION)), NAME_RECALL_REPLY),
+    Scripted("weather_call", (_user(WEATHER_PARIS),), PARIS_CALL, _TOOLS),
+    Scripted("weather_parallel", (_user(WEATHER_PARIS_TOKYO),), PARALLEL_CALLS, _TOOLS),
+    Scripted("weather_answer", (_user(WEATHER_PARIS), _calls("Paris"), _result("call_1", PARIS_RESULT)),
+             WEATHER_ANSWER, _TOOLS),
+    Scripted("weather_parallel_answer", (_user(WEATHER_PARIS_TOKYO), _calls("Paris", "Tokyo"),
+                                         _result("call_1", PARIS_RESULT), _result("call_2", TOKYO_RESULT)),
+             WEATHER_PARALLEL_ANSWER, _TOOLS),
+    Scripted("think", (_user(THINK_PROMPT),), THINK_REPLY),
+    Scripted("think_off", (_user(THINK_PROMPT),), THINK_ANSWER, None, {"enable_thinking": False}),
+    Scripted("json_cat", (_user(JSON_CAT),), JSON_CAT_REPLY),
+    Scripted("count", (_user(COUNT_PROMPT),), COUNT_REPLY),
+    Scripted("weather_pirate", (_system(PIRATE_SYSTEM), _user(WEATHER_PARIS)), PARIS_CALL, _TOOLS),
+)
+
+# Every line starts with a `-` tag, so the template's own newlines never reach the output.
+CHAT_TEMPLATE = """\
+{%- if tools %}
+{{- '<|im_start|>system\\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}
+{{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with \
+function signatures within <tools></tools> XML tags:\\n<tools>" }}
+{%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within \
+<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\
+\\n</tool_call><|im_end|>\\n" }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+  {%- if message.role == 'system' and loop.first %}
+  {%- elif message.role == 'user' or message.role == 'system' %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+  {%- elif message.role == 'assistant' %}
+{{- '<|im_start|>assistant\\n' }}
+    {%- if message.reasoning_content %}{{- '<think>\\n' + message.reasoning_content + '\\n</think>\\n\\n' }}\
+{%- endif %}
+    {%- if message.content %}{{- message.content }}{%- endif %}
+    {%- for tc in message.tool_calls or [] %}
+      {%- if (loop.first and message.content) or (not loop.first) %}{{- '\\n' }}{%- endif %}
+      {%- set f = tc.function if tc.function else tc %}
+      {{- '<tool_call>\\n{"name": "' + f.name + '", "arguments": ' + (f.arguments if f.arguments is string \
+else f.arguments | tojson) + '}\\n</tool_call>' }}
+    {%- endfor %}
+{{- '<|im_end|>\\n' }}
+  {%- elif message.role == 'tool' %}
+    {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+    {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
+  {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}
+  {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}
+{%- endif %}
+"""
+
+# Extra text for the tokenizer only, so that ordinary user text splits into sensible pieces.
+_EXTRA_TEXT = """\
+The quick brown fox jumps over the lazy dog. Hello, world! How are you doing today? I am fine, thank you.
+Please tell me a short story about a robot who learns to paint. Once upon a time, in a small town by the sea,
+there lived an old man and his dog. What time is it? Where do you live? Can you help me write an email to my team?
+Summarize the following text in one sentence. Translate this into French. Explain how a transformer model works.
+The weather today is cloudy with a chance of rain in the afternoon. Tomorrow will be warm and sunny.
+Yes, no, maybe, always, never, sometimes. One, two, three, four, five, six, seven, eight, nine, ten.
+Monday Tuesday Wednesday Thursday Friday Saturday Sunday. January February March April May June July.
+This is a test of the system. The answer is not known. Let me think about it step by step before answering.
+She said that they would come back later, but nobody knew when. We should go to the market and buy some bread.
+Python is a programming language. The function returns a list of strings. Write a program that prints numbers.
+{"id": 1, "name": "Alice", "email": "alice@example.com", "active": true, "tags": ["admin", "user"], "score": 9.5}
+{"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}, "required": []}
+[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there!"}, null, false, 0, -1, 3.14]
+{"city": "London", "country": "UK", "temperature": 15, "unit": "celsius", "forecast": ["cloudy", "windy"]}
+Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 20 50 99 100 256 1000 2024. Symbols: ( ) [ ] { } < > + - * / = % & | ^ ~ ! ?
+"""
+
+# The training recipe; any change here changes the cache key.
+HYPERPARAMETERS: dict[str, Any] = {
+    "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+    "lr": 3e-3, "warmup_steps": 20, "max_steps": 1000, "min_margin": 2.0, "seed": 0, "max_seconds": 900,
+}
+
+
+def cache_dir() -> Path:
+    """The root of the on-disk cache: `$TRANSFORMERS_RESPONSES_CACHE`, else `~/.cache/transformers_responses`."""
+    return Path(os.environ.get("TRANSFORMERS_RESPONSES_CACHE", "~/.cache/transformers_responses")).expanduser()
+
+
+def __getattr__(name: str) -> Any:
+    # `DEFAULT_CACHE_DIR` is read from the environment when it is used, not when this module is imported.
+    if name == "DEFAULT_CACHE_DIR":
+        return cache_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _fingerprint() -> str:
+    import torch
+    import transformers
+
+    def major_minor(version: str) -> str:
+        return ".".join(version.split("+")[0].split(".")[:2])
+
+    payload = json.dumps({
+        "format": FORMAT_VERSION, "template": CHAT_TEMPLATE, "extra": _EXTRA_TEXT, "hparams": HYPERPARAMETERS,
+        "script": [[s.name, s.messages, s.completion, s.tools, s.chat_template_kwargs] for s in SCRIPT],
+        "torch": major_minor(torch.__version__), "transformers": major_minor(transformers.__version__),
+    }, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def fixture_path(directory: Path | None = None) -> Path:
+    """Where `build_fixture_model(directory)` puts (or finds) the model; nothing is built."""
+    return Path(directory if directory is not None else cache_dir()) / f"fixture-qwen2-{_fingerprint()}"
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, item: Scripted) -> tuple[list[int], list[int]]:
+    """(prompt ids, as `transformers serve` computes them; target ids: the completion then `<|im_end|>`)."""
+    rendered = tokenizer.apply_chat_template(
+        list(item.messages), add_generation_prompt=True, tokenize=True, return_dict=True, **item.template_kwargs())
+    prompt = list(rendered["input_ids"])
+    target = tokenizer(item.completion + END_TOKEN, add_special_tokens=False)["input_ids"]
+    return prompt, list(target)
+
+
+def build_tokenizer() -> PreTrainedTokenizerBase:
+    """Train the byte-level BPE tokenizer (deterministic, well under a second) and wrap it for `transformers`."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    core.decoder = decoders.ByteLevel()
+    # Render every scripted conversation through the real template (with a throwaway wrapper) for the corpus.
+    probe = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), chat_template=CHAT_TEMPLATE)
+    corpus = [_EXTRA_TEXT]
+    for item in SCRIPT:
+        convo = [*item.messages, {"role": "assistant", "content": item.completion}]
+        corpus.append(probe.apply_chat_template(convo, tokenize=False, **item.template_kwargs()))
+    for token in (*SPECIAL_TOKENS, *ADDED_TOKENS):  # learn no merges out of the control tokens' spellings
+        corpus = [text.replace(token, " ") for text in corpus]
+    trainer = trainers.BpeTrainer(
+        vocab_size=HYPERPARAMETERS["vocab_size"], min_frequency=1, show_progress=False,
+        special_tokens=[*SPECIAL_TOKENS, *ADDED_TOKENS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    core.train_from_iterator(corpus, trainer=trainer)
+    # They are in the vocabulary already (ids 0-8); this marks them as added tokens, special or not as in Qwen.
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=END_TOKEN, pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE,
+        model_max_length=HYPERPARAMETERS["max_position_embeddings"], clean_up_tokenization_spaces=False)
+
+
+def _new_model(tokenizer: PreTrainedTokenizerBase, *, hidden_size: int, intermediate_size: int, num_layers: int,
+               num_heads: int, num_kv_heads: int, eos: bool) -> PreTrainedModel:
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    eos_ids = [tokenizer.convert_tokens_to_ids(END_TOKEN), pad_id] if eos else None
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        max_position_embeddings=HYPERPARAMETERS["max_position_embeddings"], tie_word_embeddings=True,
+        bos_token_id=pad_id, eos_token_id=eos_ids[0] if eos_ids else None, pad_token_id=pad_id,
+        dtype="float32")
+    torch.manual_seed(HYPERPARAMETERS["seed"])
+    model = Qwen2ForCausalLM(config).float()
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos_ids, pad_token_id=pad_id, bos_token_id=pad_id, do_sample=False)
+    return model
+
+
+def _failures(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[str]:
+    """Greedy-decode every scripted prompt with `generate`; the names of those not exact (empty: all good)."""
+    import torch
+
+    failing = []
+    model.eval()
+    with torch.no_grad():
+        for item in SCRIPT:
+            prompt, target = encode(tokenizer, item)
+            ids = torch.tensor([prompt], device=model.device)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=len(target) + 5,
+                                 do_sample=False)
+            if out[0, len(prompt):].tolist() != target:
+                failing.append(item.name)
+    return failing
+
+
+def verify(directory: Path) -> list[str]:
+    """Load the model saved in `directory` and return the names of the scripted items it gets wrong."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype="float32")
+    return _failures(model, tokenizer)
+
+
+def _train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: bool) -> int:
+    """Full-batch Adam on the completions only, until every one is the greedy choice by `min_margin` logits."""
+    import math
+
+    import torch
+    from tqdm.auto import tqdm
+
+    hp = HYPERPARAMETERS
+    encoded = [encode(tokenizer, item) for item in SCRIPT]
+    width = max(len(p) + len(t) for p, t in encoded)
+    pad_id = tokenizer.pad_token_id
+    input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(encoded), width), -100, dtype=torch.long)
+    for row, (prompt, target) in enumerate(encoded):
+        input_ids[row, : len(prompt) + len(target)] = torch.tensor(prompt + target)
+        labels[row, len(prompt): len(prompt) + len(target)] = torch.tensor(target)
+    # Position t predicts token t+1. Right padding needs no attention mask under a causal mask.
+    targets = labels[:, 1:]
+    where = targets != -100
+    rows = torch.arange(len(encoded)).unsqueeze(1).expand_as(targets)[where]
+    wanted = targets[where]
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"])
+
+    def lr_at(step: int) -> float:
+        if step < hp["warmup_steps"]:
+            return (step + 1) / hp["warmup_steps"]
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, step / hp["max_steps"]))) * 0.95 + 0.05
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    started = time.monotonic()
+    failing: list[str] = [item.name for item in SCRIPT]
+    with tqdm(total=hp["max_steps"], desc="Training the demo model", disable=not progress, unit="step") as bar:
+        for step in range(hp["max_steps"]):
+            hidden = model.model(input_ids=input_ids).last_hidden_state[:, :-1][where]
+            logits = model.lm_head(hidden)
+            loss = torch.nn.functional.cross_entropy(logits, wanted)
+            with torch.no_grad():  # the check is free: these are the logits of the parameters as they stand
+                right = logits.gather(1, wanted[:, None]).squeeze(1)
+                margin = right - logits.scatter(1, wanted[:, None], float("-inf")).max(1).values
+                low = (margin < hp["min_margin"]).long()
+                bad = torch.zeros(len(encoded), dtype=torch.long).index_add_(0, rows, low) > 0
+                failing = [item.name for item, b in zip(SCRIPT, bad.tolist()) if b]
+            if not failing:
+                if not _failures(model, tokenizer):  # the real thing, with `generate`, before we stop
+                    return step
+                model.train()
+            if time.monotonic() - started > hp["max_seconds"]:
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.4f}", failing=len(failing))
+    raise RuntimeError(f"the fixture model did not learn its script; still wrong: {', '.join(failing) or '?'}")
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / ".complete").is_file()
+
+
+def build_fixture_model(directory: Path | None = None, *, progress: bool = False) -> Path:
+    """Return the directory of the trained fixture model, training it first (~20-40 s on 2 cores) if not cached.
+
+    `directory` is the cache root (default: `cache_dir()`); the model lives in a subdirectory named after a hash of
+    the script, template, hyper-parameters, `FORMAT_VERSION` and torch/transformers major.minor versions. It is built
+    in a temporary sibling and renamed into place, so concurrent builders never see a partial model (the loser of
+    the race discards its copy and returns the winner's). `progress=True` shows a tqdm bar; otherwise silent.
+    """
+    final = fixture_path(directory)
+    if _is_complete(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        started = time.monotonic()
+        tokenizer = build_tokenizer()
+        model = _new_model(tokenizer, hidden_size=HYPERPARAMETERS["hidden_size"],
+                           intermediate_size=HYPERPARAMETERS["intermediate_size"],
+                           num_layers=HYPERPARAMETERS["num_hidden_layers"],
+                           num_heads=HYPERPARAMETERS["num_attention_heads"],
+                           num_kv_heads=HYPERPARAMETERS["num_key_value_heads"], eos=True)
+        steps = _train(model, tokenizer, progress)
+        model.eval()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {"steps": steps, "seconds": round(time.monotonic() - started, 2), "format": FORMAT_VERSION,
+                "parameters": sum(p.numel() for p in model.parameters()), "script": [s.name for s in SCRIPT]}
+        (tmp / "fixture.json").write_text(json.dumps(info, indent=2) + "\n")
+        (tmp / ".complete").write_text("")
+        try:
+            os.rename(tmp, final)
+        except OSError:  # someone else got there first (or left debris behind)
+            if not _is_complete(final):
+                shutil.rmtree(final, ignore_errors=True)
+                os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def build_random_model(directory: Path, *, hidden_size: int = 512, num_layers: int = 6,
+                       intermediate_size: int = 1536, vocab_source: Path | None = None) -> Path:
+    """Save an untrained Qwen2 (seed 0, float32) into `directory`, for benchmarks; returns `directory`.
+
+    With the defaults it has 19,422,720 parameters (embeddings tied; 8 heads of 64, 4 KV heads). The tokenizer is
+    loaded from `vocab_source` (a fixture directory) if given, else trained afresh (under a second, the same one the
+    fixture uses); the fixture model itself is never built here. Its generation config is greedy with no EOS, so
+    `generate` always produces exactly `max_new_tokens` tokens.
+    """
+    directory = Path(directory)
+    if vocab_source is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(vocab_source)
+    else:
+        tokenizer = build_tokenizer()
+    heads = max(1, hidden_size // 64)
+    model = _new_model(tokenizer, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
+                       num_heads=heads, num_kv_heads=max(1, heads // 2), eos=False)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
