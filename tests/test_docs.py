@@ -6,9 +6,7 @@ import inspect
 import re
 from pathlib import Path
 
-import typer.main
-
-from transformers_responses.cli import responses_app
+from transformers_responses.cli import responses_group
 from transformers_responses.events import EMITTED_EVENT_TYPES
 from transformers_responses.fields import FIELD_POLICY
 from transformers_responses.seam import _plugin_parameters
@@ -31,7 +29,7 @@ def test_serve_options_are_documented() -> None:
 
 def test_subcommand_options_are_documented() -> None:
     text = (DOCS / "cli.md").read_text()
-    group = typer.main.get_group(responses_app)
+    group = responses_group()
     for name, command in group.commands.items():
         assert f"`transformers responses {name}" in text, name
         for param in command.params:

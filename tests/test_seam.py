@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 
-import typer
-from typer.testing import CliRunner
+from click.testing import CliRunner
+from huggingface_hub import typer_factory
 
 from transformers_responses import seam
 
@@ -18,14 +18,13 @@ def test_host_internals_are_where_we_expect() -> None:
 def test_patched_serve_keeps_host_options_and_adds_ours() -> None:
     from transformers.cli.serve import Serve
 
-    app = typer.Typer()
+    app = typer_factory(help="host")
     app.command(name="serve")(Serve)
-    app.command(name="other")(lambda: None)
+    host_options = {p.name for p in app.commands["serve"].params}
     seam.patch_serve_command(app)
-    callback = next(c for c in app.registered_commands if c.name == "serve").callback
-    params = inspect.signature(callback).parameters
-    assert set(inspect.signature(Serve).parameters) < set(params)
-    assert set(seam.PLUGIN_OPTIONS) <= set(params)
+    options = {p.name for p in app.commands["serve"].params}
+    assert host_options < options and set(seam.PLUGIN_OPTIONS) <= options
+    assert inspect.unwrap(app.commands["serve"].callback).__name__ == "serve"
     result = CliRunner().invoke(app, ["serve", "--help"])
     assert result.exit_code == 0 and "--enable-responses" in result.output and "--tool-call-parser" in result.output
 

@@ -25,11 +25,11 @@ def register(app: Any) -> None:
     """Entry point of group `transformers.cli`: add `transformers responses` and the serve options to the host app."""
     if getattr(app, _MARK, False):
         return
-    from .cli import responses_app
+    from .cli import responses_group
     from .seam import patch_serve_command
 
     patch_serve_command(app)
-    app.add_typer(responses_app, name="responses")
+    app.add_group(responses_group(), name="responses")
     setattr(app, _MARK, True)
 
 

@@ -1,11 +1,12 @@
 """The `transformers responses` subcommand: a terminal client for a Responses server, and the offline demo.
 
+(No `from __future__ import annotations` here: the host CLI kit reads the annotations as live objects.)
+
 `create` streams an answer as it arrives (reasoning dimmed, tool calls shown); `demo` builds the tiny local chat model
 once (cached, with a progress bar) and serves it with the plugin on localhost — with `--once`, it answers one real
 request through the openai SDK and exits.
 """
 
-from __future__ import annotations
 
 import json
 import os
@@ -14,13 +15,10 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
-responses_app = typer.Typer(
-    name="responses",
-    help="Talk to an OpenAI Responses API server (transformers serve --enable-responses), or run the offline demo.",
-    no_args_is_help=True,
-)
+GROUP_HELP = "Talk to an OpenAI Responses API server (transformers serve --enable-responses), or run the offline demo."
 
 DEFAULT_URL = "http://localhost:8000/v1"
 DIM, RESET, BOLD = "\033[2m", "\033[0m", "\033[1m"
@@ -39,16 +37,15 @@ def _client(url: str) -> Any:
 def _default_model(client: Any, url: str) -> str:
     models = [m.id for m in client.models.list().data]
     if not models:
-        raise typer.BadParameter(f"the server at {url} lists no model; pass --model", param_hint="--model")
+        raise click.UsageError(f"the server at {url} lists no model; pass --model")
     return models[0]
 
 
-@responses_app.command()
 def create(
     prompt: Annotated[str, typer.Argument(help="What to ask the model.")],
     model: Annotated[str | None, typer.Option(help="Model to use (default: the server's first listed model).")] = None,
-    url: Annotated[str, typer.Option(help="Base URL of the server's OpenAI API.", envvar="TRANSFORMERS_RESPONSES_URL")]
-    = DEFAULT_URL,
+    url: Annotated[str | None, typer.Option(
+        help=f"Base URL of the server's OpenAI API [default: $TRANSFORMERS_RESPONSES_URL or {DEFAULT_URL}].")] = None,
     instructions: Annotated[str | None, typer.Option(help="System instructions for this request.")] = None,
     max_output_tokens: Annotated[int | None, typer.Option(help="Upper bound on generated tokens (>= 16).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the final response object as JSON.")] = False,
@@ -56,6 +53,7 @@ def create(
     """Create a response and stream it to the terminal as it arrives."""
     import openai
 
+    url = url or os.environ.get("TRANSFORMERS_RESPONSES_URL") or DEFAULT_URL
     client = _client(url)
     try:
         model = model or _default_model(client, url)
@@ -66,14 +64,14 @@ def create(
             kwargs["max_output_tokens"] = max_output_tokens
         final = _stream(client, kwargs, echo=not json_output)
     except openai.APIConnectionError:
-        typer.echo(f"Could not reach {url}. Start a server first: transformers serve --enable-responses MODEL "
+        click.echo(f"Could not reach {url}. Start a server first: transformers serve --enable-responses MODEL "
                    "(or: transformers responses demo)", err=True)
-        raise typer.Exit(2) from None
+        raise SystemExit(2) from None
     except openai.APIStatusError as exc:
-        typer.echo(f"The server answered {exc.status_code}: {exc.message}", err=True)
-        raise typer.Exit(1) from None
+        click.echo(f"The server answered {exc.status_code}: {exc.message}", err=True)
+        raise SystemExit(1) from None
     if json_output:
-        typer.echo(json.dumps(final, indent=2))
+        click.echo(json.dumps(final, indent=2))
 
 
 def _stream(client: Any, kwargs: dict[str, Any], *, echo: bool) -> dict[str, Any]:
@@ -107,7 +105,6 @@ def _stream(client: Any, kwargs: dict[str, Any], *, echo: bool) -> dict[str, Any
     return final
 
 
-@responses_app.command()
 def demo(
     port: Annotated[int, typer.Option(help="Port to serve on (localhost only).")] = 8000,
     once: Annotated[bool, typer.Option(help="Answer one real request through the openai SDK, then stop.")] = False,
@@ -116,12 +113,12 @@ def demo(
     """Build (once, cached) a tiny local chat model and serve it with the Responses API on localhost — offline."""
     from .fixture_model import build_fixture_model
 
-    typer.echo("Preparing the demo model (built once, then cached)…")
+    click.echo("Preparing the demo model (built once, then cached)…")
     path = build_fixture_model(progress=True)
-    typer.echo(f"Demo model: {path}")
+    click.echo(f"Demo model: {path}")
     url = f"http://127.0.0.1:{port}/v1"
     if not once:
-        typer.echo(f"\nServing on {url} — try, in another terminal:\n"
+        click.echo(f"\nServing on {url} — try, in another terminal:\n"
                    f"  transformers responses create Hi --url {url}\n"
                    f"  python -c \"from openai import OpenAI; print(OpenAI(base_url='{url}', api_key='-')"
                    f".responses.create(model='{path}', input='Hi').output_text)\"\n")
@@ -130,7 +127,7 @@ def demo(
     server = _serve(path, port, continuous_batching, block=False)
     try:
         _wait_ready(url)
-        typer.echo(f"\n$ transformers responses create Hi --url {url}")
+        click.echo(f"\n$ transformers responses create Hi --url {url}")
         _stream(_client(url), {"model": str(path), "input": "Hi"}, echo=True)
     finally:
         server.kill_server()
@@ -161,4 +158,14 @@ def _wait_ready(url: str, timeout: float = 120.0) -> None:
     raise RuntimeError(f"the demo server did not start within {timeout:.0f} s")
 
 
-__all__ = ["responses_app"]
+def responses_group() -> click.Group:
+    """The `responses` command group, built the way the host builds its own commands (huggingface_hub's CLI kit)."""
+    from huggingface_hub import typer_factory
+
+    group = typer_factory(help=GROUP_HELP)
+    group.command(name="create")(create)
+    group.command(name="demo")(demo)
+    return group
+
+
+__all__ = ["create", "demo", "responses_group"]

@@ -87,7 +87,7 @@ def _plugin_parameters() -> list[inspect.Parameter]:
     from .tool_parsers import BUILTIN
 
     def opt(name: str, default: Any, annotation: Any, help_text: str) -> inspect.Parameter:
-        option = typer.Option(help=help_text, rich_help_panel=HELP_PANEL)
+        option = typer.Option(help=f"[{HELP_PANEL}] {help_text}")
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=Annotated[annotation, option])
 
@@ -105,11 +105,15 @@ PLUGIN_OPTIONS = ("enable_responses", "tool_call_parser")
 
 
 def patch_serve_command(app: Any) -> None:
-    """Replace the host's `serve` command callback by one with our options added; `Serve` itself is unchanged."""
-    info = next((c for c in app.registered_commands if c.name == "serve"), None)
-    if info is None:
+    """Re-register the host's `serve` command with our options added; `Serve` itself is unchanged.
+
+    The host app is a huggingface_hub `HfGroup` that builds click commands from annotated signatures, so the new
+    command is built by the same `app.command` from the host's own parameters plus ours.
+    """
+    command = getattr(app, "commands", {}).get("serve")
+    if command is None or not hasattr(app, "command"):
         raise HostIncompatibleError("the host CLI has no `serve` command to extend")
-    host_serve: Callable[..., Any] = info.callback
+    host_serve: Callable[..., Any] = inspect.unwrap(command.callback)
     host_params = list(inspect.signature(host_serve).parameters.values())
 
     def serve(**kwargs: Any) -> Any:
@@ -122,8 +126,7 @@ def patch_serve_command(app: Any) -> None:
 
     serve.__signature__ = inspect.Signature([*host_params, *_plugin_parameters()])  # type: ignore[attr-defined]
     serve.__doc__ = host_serve.__doc__
-    serve.__wrapped_host__ = host_serve  # type: ignore[attr-defined]
-    info.callback = serve
+    app.command(name="serve")(serve)
 
 
 @contextlib.contextmanager
