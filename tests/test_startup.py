@@ -94,9 +94,9 @@ def set_host(site: Path, source: str) -> None:
     (site.parent / "host" / "transformers" / "cli" / "transformers.py").write_text(source)
 
 
-def run(site: Path | None, code: str, env: dict[str, str] | None = None, pre: str = "") -> subprocess.CompletedProcess[str]:
-    """`python -S`, then `pre`, then the site dir processed like site-packages, then `code`."""
-    head = "import site, sys\n" + pre + (f"site.addsitedir({str(site)!r})\n" if site else "")
+def run(site: Path | None, code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -S`, then the site dir processed like site-packages, then `code`."""
+    head = "import site, sys\n" + (f"site.addsitedir({str(site)!r})\n" if site else "")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_RESPONSES_")}
     full_env.pop("PYTHONPATH", None)
     full_env.update(env or {})
@@ -131,6 +131,12 @@ def test_pth_is_one_guarded_import_line_and_start_is_an_entry_point() -> None:
     assert pkgutil.resolve_name("transformers_responses._startup:install") is _startup.install
 
 
+def test_app_mark_is_activations() -> None:
+    from transformers_responses import activation
+
+    assert _startup._APP_MARK == activation._MARK
+
+
 def test_startup_module_imports_nothing_but_os_and_sys() -> None:
     source = Path(_startup.__file__).read_text()
     imports = [line.strip() for line in source.splitlines() if line.startswith(("import ", "from "))]
@@ -144,7 +150,7 @@ def test_start_up_installs_one_finder_and_imports_nothing_heavy(site_dir: Path) 
     baseline = run(None, "print(json.dumps(sorted(sys.modules)))")
     proc = run(site_dir, """
         print(json.dumps({"finders": len(finders()), "first": sys.meta_path.index(finders()[0]),
-                          "modules": sorted(sys.modules), "stderr": ""}))
+                          "modules": sorted(sys.modules)}))
     """)
     data = report(proc)
     assert proc.stderr == ""
@@ -158,8 +164,8 @@ def test_start_up_installs_one_finder_and_imports_nothing_heavy(site_dir: Path) 
 def test_finder_reacts_only_to_the_host_module(site_dir: Path) -> None:
     data = report(run(site_dir, """
         finder = finders()[0]
-        others = [finder.find_spec(name, None) for name in
-                  ("json", "transformers", "transformers.cli", "transformers.cli.serve", "transformers.cli.transformersx")]
+        names = ("json", "transformers", "transformers.cli", "transformers.cli.serve", "transformers.cli.transformersx")
+        others = [finder.find_spec(name, None) for name in names]
         import transformers.cli, fakeplugin, email.utils
         still = len(finders())
         print(json.dumps({"others": [o is None for o in others], "still": still}))
@@ -167,7 +173,7 @@ def test_finder_reacts_only_to_the_host_module(site_dir: Path) -> None:
     assert data == {"others": [True] * 5, "still": 1}
 
 
-def test_host_import_loads_the_plugins_once_and_the_finder_goes(site_dir: Path) -> None:
+def test_host_import_loads_the_plugins_once_and_the_finder_leaves(site_dir: Path) -> None:
     data = report(run(site_dir, """
         import importlib
         import transformers.cli.transformers as host
@@ -190,8 +196,7 @@ def test_host_import_loads_the_plugins_once_and_the_finder_goes(site_dir: Path) 
 def test_kill_switch_on(site_dir: Path, value: str) -> None:
     proc = run(site_dir, """
         import transformers.cli.transformers as host
-        print(json.dumps({"finders": len(finders()), "plugins": host.app.plugins,
-                          "loaded": "transformers_responses._startup" in sys.modules}))
+        print(json.dumps({"finders": len(finders()), "plugins": host.app.plugins}))
     """, env={"TRANSFORMERS_RESPONSES_DISABLE": value})
     data = report(proc)
     assert proc.stderr == ""
@@ -241,6 +246,7 @@ def test_failing_plugin_loader_is_one_stderr_line_and_the_host_imports(site_dir:
 
 def test_missing_package_is_one_stderr_line_and_start_up_goes_on(site_dir: Path) -> None:
     (site_dir / "_transformers_responses.pth").write_text("")  # say, a deleted editable source tree
+    (site_dir / "transformers_responses_hook.start").unlink()  # the .pth guard under test (3.15+ would use .start)
     (site_dir / "zzz_after.pth").write_text("import sys; sys.after = True\n")
     proc = run(site_dir, """
         print(json.dumps({"finders": len(finders()), "after": getattr(sys, "after", False)}))
@@ -300,7 +306,7 @@ def test_install_is_idempotent(site_dir: Path) -> None:
         results = [install(), install()]
         import transformers.cli.transformers as host
         print(json.dumps({{"results": results, "plugins": host.app.plugins, "left": len(finders())}}))
-    """, pre=""))
+    """))
     assert data == {"results": [True, True], "plugins": ["fake"], "left": 0}
 
 
@@ -336,14 +342,28 @@ def test_finder_goes_behind_a_finder_inserted_later_and_still_fires(site_dir: Pa
     assert data == {"plugins": ["fake"], "finders": 0, "other_first": "Other"}
 
 
-def test_runpy_gets_the_plain_loader(site_dir: Path) -> None:
-    # `python -m transformers.cli.transformers` runs the code as __main__ (no exec_module): nothing breaks, no plugins.
+def test_a_spec_probe_does_not_use_the_hook_up(site_dir: Path) -> None:
     data = report(run(site_dir, """
+        import importlib.util
+        probe = importlib.util.find_spec("transformers.cli.transformers")
+        after_probe = len(finders())
+        import transformers.cli.transformers as host
+        print(json.dumps({"probe": probe is not None, "after_probe": after_probe, "plugins": host.app.plugins,
+                          "finders": len(finders())}))
+    """))
+    assert data == {"probe": True, "after_probe": 1, "plugins": ["fake"], "finders": 0}
+
+
+def test_runpy_runs_the_host_untouched(site_dir: Path) -> None:
+    # `python -m transformers.cli.transformers` runs the code as __main__ (runpy calls no exec_module): nothing
+    # breaks, no plugins there, and nothing is left half-done.
+    proc = run(site_dir, """
         import runpy
         ns = runpy.run_module("transformers.cli.transformers")
         print(json.dumps({"plugins": ns["app"].plugins}))
-    """))
-    assert data == {"plugins": []}
+    """)
+    assert report(proc) == {"plugins": []}
+    assert proc.stderr == ""
 
 
 # --- the build hook --------------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ Importing this package is cheap on purpose: the interpreter start-up hook (`_sta
 process of the environment, so nothing here may import `transformers`, `torch` or even `importlib.metadata` eagerly.
 """
 
-from __future__ import annotations
 
 __all__ = ["__version__"]
 

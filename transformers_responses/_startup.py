@@ -1,13 +1,14 @@
 """Interpreter start-up hook: load the `transformers.cli` entry-point group into the host CLI.
 
-The host (`transformers/cli/transformers.py`) builds its typer `app` at import time but loads no plugin group, so the
+The host (`transformers/cli/transformers.py`) builds its CLI `app` at import time but loads no plugin group, so the
 wheel ships `transformers_responses_hook.pth` (and, for Python >= 3.15, the PEP 829 `transformers_responses_hook.start`)
 whose only job is to call `install()` when the interpreter starts.
 
 `install()` puts a one-shot finder at the front of `sys.meta_path`. The finder ignores every import but
-`transformers.cli.transformers`; for that one it removes itself, asks the remaining finders for the real spec and wraps
-the loader's `exec_module`, so that right after the host module has run, `activation.load_cli_plugins(module.app)` loads
-the group (our `transformers responses` and the `serve` options among them).
+`transformers.cli.transformers`; for that one it asks the other finders for the real spec and wraps the loader's
+`exec_module`: when the host module executes, the finder leaves `sys.meta_path`, and right after the module has run,
+`activation.load_cli_plugins(module.app)` loads the group (our `transformers responses` and the `serve` options among
+them).
 
 Rules this module keeps, because it runs in *every* Python process of the environment:
 
@@ -84,20 +85,23 @@ def _after_host_import(module: object) -> None:
         _log(exc)
 
 
-def _wrap_loader(spec: object) -> None:
+def _wrap_loader(spec: object, finder: "_HostCLIFinder") -> None:
     loader = getattr(spec, "loader", None)
     if loader is None or isinstance(loader, type):  # namespace package, or a class-level (builtin/frozen) loader
+        finder.leave()
         return
     real_exec = getattr(loader, "exec_module", None)
     if real_exec is None:  # a legacy loader: not ours to adapt
+        finder.leave()
         return
 
     def exec_module(module: object) -> None:
         if getattr(module, "__name__", None) != TARGET:  # a loader shared by several modules: pass the others on
             real_exec(module)
             return
+        finder.leave()  # one-shot: the host module is being executed now
         try:
-            del loader.exec_module  # one-shot: a reload runs the plain loader
+            del loader.exec_module  # and a reload runs the plain loader
         except AttributeError:
             pass
         real_exec(module)  # the host's own errors propagate untouched
@@ -109,20 +113,22 @@ def _wrap_loader(spec: object) -> None:
 
 
 class _HostCLIFinder:
-    """Meta path finder that reacts to `transformers.cli.transformers` only, once."""
+    """Meta path finder that reacts to `transformers.cli.transformers` only, and leaves once that module executes.
+
+    It stays in `sys.meta_path` until the wrapped `exec_module` runs (not merely until the first `find_spec`), so a
+    probe such as `importlib.util.find_spec("transformers.cli.transformers")` before the real import cannot use it up.
+    """
 
     _transformers_responses_hook = True
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
         if fullname != TARGET:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
         spec = None
-        # The same walk the import system does, over the finders behind us (their errors are the import's, unchanged).
+        # The walk the import system does, over the other finders (their errors are the import's own, unchanged).
         for finder in list(sys.meta_path):
+            if getattr(finder, _FINDER_MARK, False) is True:
+                continue
             find = getattr(finder, "find_spec", None)
             if find is not None:
                 spec = find(fullname, path, target)
@@ -131,11 +137,20 @@ class _HostCLIFinder:
         if spec is None:
             return None
         try:
-            if not disabled():
-                _wrap_loader(spec)
+            if disabled():
+                self.leave()
+            else:
+                _wrap_loader(spec, self)
         except Exception as exc:
+            self.leave()
             _log(exc)
         return spec
+
+    def leave(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
 
     def __repr__(self) -> str:
         return f"<transformers-responses start-up hook for {TARGET}>"

@@ -22,6 +22,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -226,6 +228,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence `transformers`' own progress bars (shard writing, weight loading) for the duration."""
+    from transformers.utils import logging
+
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
+
+
 def _fingerprint() -> str:
     import torch
     import transformers
@@ -324,8 +340,9 @@ def verify(directory: Path) -> list[str]:
     """Load the model saved in `directory` and return the names of the scripted items it gets wrong."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype="float32")
+    with _quiet():
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype="float32")
     return _failures(model, tokenizer)
 
 
@@ -415,8 +432,9 @@ def build_fixture_model(directory: Path | None = None, *, progress: bool = False
                            num_kv_heads=HYPERPARAMETERS["num_key_value_heads"], eos=True)
         steps = _train(model, tokenizer, progress)
         model.eval()
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with _quiet():
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         info = {"steps": steps, "seconds": round(time.monotonic() - started, 2), "format": FORMAT_VERSION,
                 "parameters": sum(p.numel() for p in model.parameters()), "script": [s.name for s in SCRIPT]}
         (tmp / "fixture.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -452,6 +470,7 @@ def build_random_model(directory: Path, *, hidden_size: int = 512, num_layers: i
     model = _new_model(tokenizer, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
                        num_heads=heads, num_kv_heads=max(1, heads // 2), eos=False)
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    with _quiet():
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
     return directory

@@ -1,0 +1,37 @@
+"""`transformers responses …`: the terminal client against a real server, and its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from transformers_responses.fixture_model import SCRIPT
+
+from .conftest import Server, free_port, transformers_cli
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([transformers_cli(), "responses", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_create_streams_the_answer(server: Server) -> None:
+    greeting = next(s.completion for s in SCRIPT if s.name == "greeting")
+    out = run("create", "Hi", "--url", server.base_url, "--model", server.model)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == greeting
+
+
+def test_create_shows_tool_free_reasoning_and_json(server: Server) -> None:
+    out = run("create", "What is 2+2? Think first.", "--url", server.base_url, "--model", server.model, "--json")
+    final = json.loads(out.stdout)
+    assert final["status"] == "completed" and [i["type"] for i in final["output"]] == ["reasoning", "message"]
+
+
+def test_create_without_a_server_says_what_to_do() -> None:
+    out = run("create", "Hi", "--url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m")
+    assert out.returncode == 2 and "transformers serve --enable-responses" in out.stderr
+
+
+def test_create_reports_server_errors(server: Server) -> None:
+    out = run("create", "Hi", "--url", server.base_url, "--model", server.model, "--max-output-tokens", "3")
+    assert out.returncode == 1 and "400" in out.stderr and "max_output_tokens" in out.stderr
