@@ -105,7 +105,7 @@ def test_parallel_calls_stream_arguments(srv: Server) -> None:
     assert len({x.call_id for x in calls}) == 2
     follow = c.responses.create(model=srv.model, tools=[WEATHER_TOOL], input=[
         {"role": "user", "content": "What is the weather in Paris and Tokyo?"},
-        *[x.model_dump(exclude_none=True) for x in calls],
+        *[{"type": "function_call", "call_id": x.call_id, "name": x.name, "arguments": x.arguments} for x in calls],
         *[{"type": "function_call_output", "call_id": x.call_id, "output": out}
           for x, out in zip(calls, WEATHER_RESULTS)]])
     assert follow.output_text == completion("weather_parallel_answer")
