@@ -48,11 +48,16 @@ def create(
         help=f"Base URL of the server's OpenAI API [default: $TRANSFORMERS_RESPONSES_URL or {DEFAULT_URL}].")] = None,
     instructions: Annotated[str | None, typer.Option(help="System instructions for this request.")] = None,
     max_output_tokens: Annotated[int | None, typer.Option(help="Upper bound on generated tokens (>= 16).")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the final response object as JSON.")] = False,
+    # `--format` (not a `--json` flag): the host's CLI kit owns `--json` and rewrites it to `--format json` for us.
+    output_format: Annotated[str, typer.Option(
+        "--format", help="`text`: stream the answer; `json`: print the final response object (also: --json).")] = "text",
 ) -> None:
     """Create a response and stream it to the terminal as it arrives."""
     import openai
 
+    if output_format not in ("text", "json"):
+        raise click.UsageError("--format must be `text` or `json`")
+    json_output = output_format == "json"
     url = url or os.environ.get("TRANSFORMERS_RESPONSES_URL") or DEFAULT_URL
     client = _client(url)
     try:
