@@ -114,3 +114,18 @@ def test_without_the_flag_the_host_is_untouched(fixture_model, tmp_path) -> None
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
     finally:
         host.stop()
+
+
+def test_fault_during_generation_ends_the_stream_properly(server: Server) -> None:
+    # Beam search refuses a streamer: generate() raises on the host's inference thread, after the stream began.
+    body = {"model": server.model, "input": "Hi", "stream": True,
+            "generation_config": json.dumps({"max_new_tokens": 20, "num_beams": 2})}
+    with httpx.stream("POST", f"{server.base_url}/responses", json=body, timeout=60) as resp:
+        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    events = [json.loads(line[6:]) for line in lines[:-1]]
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "server_error" and events[-1]["response"]["status"] == "failed"
+    resp = post(server, {**body, "stream": False})
+    assert resp.status_code == 500 and envelope(resp)["type"] == "server_error"
+    assert server.client().responses.create(model=server.model, input="Hi").status == "completed"
