@@ -87,8 +87,8 @@ def test_layout_and_generation_config(fixture_dir: Path, tokenizer) -> None:
 
 def test_tokens_special_or_not(tokenizer) -> None:
     for token in fm.SPECIAL_TOKENS + fm.ADDED_TOKENS:
-        assert tokenizer.convert_tokens_to_ids(token) != tokenizer.unk_token_id
-        assert len(tokenizer(token, add_special_tokens=False)["input_ids"]) == 1
+        (token_id,) = tokenizer(token, add_special_tokens=False)["input_ids"]
+        assert tokenizer.convert_ids_to_tokens(token_id) == token
     decoded = tokenizer.decode(tokenizer("<think>x</think><|im_end|>")["input_ids"], skip_special_tokens=True)
     assert decoded == "<think>x</think>"  # like Qwen: only the chat markers are special
 
@@ -106,7 +106,7 @@ def test_round_trip(tokenizer, text: str) -> None:
     assert tokenizer.decode(ids, skip_special_tokens=False) == text + "<|im_end|>"
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
     stream = DecodeStream(skip_special_tokens=False)
-    pieces = [stream.step(tokenizer._tokenizer, i) for i in ids]
+    pieces = [stream.step(tokenizer.backend_tokenizer, i) for i in ids]
     assert "".join(p for p in pieces if p) == text + "<|im_end|>"
 
 
@@ -164,6 +164,16 @@ def test_cache_hit_is_fast(fixture_dir: Path) -> None:
     assert fm.build_fixture_model(progress=True) == fixture_dir
     assert time.monotonic() - started < 2.0
     assert fm.fixture_path() == fixture_dir
+
+
+def test_cache_hit_imports_nothing_heavy(fixture_dir: Path) -> None:
+    code = (
+        "import sys; from transformers_responses.fixture_model import build_fixture_model as b; print(b()); "
+        "assert not {'torch', 'transformers'} & set(sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         cwd=Path(__file__).parents[1])
+    assert out.stdout.strip() == str(fixture_dir) and not out.stderr
 
 
 def test_cache_root_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
