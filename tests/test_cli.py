@@ -35,3 +35,10 @@ def test_create_without_a_server_says_what_to_do() -> None:
 def test_create_reports_server_errors(server: Server) -> None:
     out = run("create", "Hi", "--url", server.base_url, "--model", server.model, "--max-output-tokens", "3")
     assert out.returncode == 1 and "400" in out.stderr and "max_output_tokens" in out.stderr
+
+
+def test_demo_once_answers_one_real_request(fixture_model) -> None:  # type: ignore[no-untyped-def]
+    greeting = next(s.completion for s in SCRIPT if s.name == "greeting")
+    out = run("demo", "--once", "--port", str(free_port()))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "transformers responses create Hi" in out.stdout and out.stdout.rstrip().endswith(greeting)
