@@ -126,12 +126,9 @@ class Assembler:
                 # A call that was not a call after all: closed as incomplete, its text shown as text.
                 if self._kind == "call":
                     self._close(out, status="incomplete")
-                self.apply_text_fallback(value, out)
+                if value:
+                    out.extend(self.apply([("text", value)]))
         return out
-
-    def apply_text_fallback(self, raw: str, out: list[Json]) -> None:
-        if raw:
-            out.extend(self.apply([("text", raw)]))
 
     def finish(self, status: str, usage: Json | None, *, incomplete_reason: str | None = None,
                error: Json | None = None) -> list[Json]:

@@ -7,7 +7,7 @@
     └── ServerError                500 server_error (a fault of ours or the model's)
 
 Every HTTP error body is `{"error": {"message", "type", "param", "code"}}`; every stream error is an `error` event with the
-same fields flat, followed by `response.failed`. `to_error_body` and `to_status` are the only translation points.
+same fields flat, followed by `response.failed`. `from_exception` is the only translation point.
 """
 
 from __future__ import annotations
@@ -74,17 +74,3 @@ def from_exception(exc: BaseException) -> ResponsesError:
         err.status_code = 503
         return err
     return ServerError(f"The server had an error while processing your request: {type(exc).__name__}: {exc}")
-
-
-def to_status(exc: BaseException) -> int:
-    return from_exception(exc).status_code
-
-
-def to_error_body(exc: BaseException) -> dict[str, Any]:
-    return from_exception(exc).body()
-
-
-def stream_error_fields(exc: BaseException) -> dict[str, Any]:
-    """The flat fields of a stream `error` event: `{code, message, param}`."""
-    err = from_exception(exc)
-    return {"code": err.code or err.error_type, "message": err.message, "param": err.param}
