@@ -73,8 +73,10 @@ class ResponsesHandler(BaseHandler):
         template_tools = None if tool_choice == "none" else to_template_tools(body.get("tools"))
         messages = to_chat_messages(input_items(body), body.get("instructions"), vision=vision)
         inputs = self._render(processor, model, messages, template_tools, body, use_cb)
+        # CB takes a flat list of ids, the sequential path a [1, N] tensor.
         input_ids = inputs["input_ids"]
-        input_tokens = len(input_ids) if isinstance(input_ids, list) else int(input_ids.shape[-1])
+        prompt_ids = input_ids if isinstance(input_ids, list) else input_ids[0].tolist()
+        input_tokens = len(prompt_ids)
 
         try:
             gen_config = self._build_generation_config(body, model.generation_config, use_cb=use_cb)
@@ -83,8 +85,7 @@ class ResponsesHandler(BaseHandler):
         self._fit_context(body, model, gen_config, input_tokens)
 
         parser_cls, parser_kwargs = tool_parsers.select(self.tool_call_parser, tokenizer, model.config.model_type)
-        prompt_text = tokenizer.decode(input_ids if isinstance(input_ids, list) else input_ids[0].tolist())
-        parser = parser_cls(template_tools, prompt_tail=prompt_text, **parser_kwargs)
+        parser = parser_cls(template_tools, prompt_tail=tokenizer.decode(prompt_ids), **parser_kwargs)
 
         gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
         if use_cb:
