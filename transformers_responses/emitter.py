@@ -136,8 +136,7 @@ class Assembler:
         out: list[Json] = []
         self._close(out, status="incomplete" if status in ("incomplete", "failed") else "completed")
         final = self.final(status, usage, incomplete_reason=incomplete_reason, error=error)
-        kind = {"completed": "completed", "incomplete": "incomplete", "failed": "failed"}[status]
-        out.append(ev.response_event(kind, final))
+        out.append(ev.response_event(status, final))  # status is completed | incomplete | failed
         return out
 
     def final(self, status: str, usage: Json | None, *, incomplete_reason: str | None = None,
