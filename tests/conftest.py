@@ -61,8 +61,9 @@ class Server:
 def start_server(model: Path | str, tmp: Path, *extra: str, enable: bool = True, timeout: float = 180) -> Server:
     port = free_port()
     log = tmp / f"server-{port}.log"
+    store = [] if not enable or "--responses-store" in extra else ["--responses-store", f"sqlite:///{tmp}/responses.db"]
     cmd = [transformers_cli(), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-           *(["--enable-responses"] if enable else []), *extra]
+           *(["--enable-responses"] if enable else []), *store, *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     server = Server(proc, port, str(model), log)
@@ -99,3 +100,16 @@ def cb_server(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     srv = start_server(fixture_model, tmp_path_factory.mktemp("cb"), "--continuous-batching")
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """`redis://127.0.0.1:PORT/0` of a real redis-server started for this session (fails, never skips, without it)."""
+    from tests.redis_server import RedisServer, RedisServerMissing
+
+    try:
+        server = RedisServer()
+    except RedisServerMissing as exc:
+        pytest.fail(str(exc))
+    yield server.url
+    server.stop()

@@ -81,7 +81,11 @@ class Assembler:
 
     # -- lifecycle --
 
-    def start(self) -> list[Json]:
+    def start(self, *, queued: bool = False) -> list[Json]:
+        """`created` and `in_progress`; a background response is first `queued` (its created snapshot too)."""
+        if queued:
+            return [ev.response_event("created", self.view("queued")), ev.response_event("queued", self.view("queued")),
+                    ev.response_event("in_progress", self.view("in_progress"))]
         return [ev.response_event("created", self.view("in_progress")),
                 ev.response_event("in_progress", self.view("in_progress"))]
 
@@ -134,9 +138,9 @@ class Assembler:
                error: Json | None = None) -> list[Json]:
         """Close what is open (as `incomplete` when cut), then the terminal event with the final snapshot."""
         out: list[Json] = []
-        self._close(out, status="incomplete" if status in ("incomplete", "failed") else "completed")
+        self._close(out, status="completed" if status == "completed" else "incomplete")
         final = self.final(status, usage, incomplete_reason=incomplete_reason, error=error)
-        out.append(ev.response_event(status, final))  # status is completed | incomplete | failed
+        out.append(ev.response_event(status, final))  # status is completed | incomplete | failed | cancelled
         return out
 
     def final(self, status: str, usage: Json | None, *, incomplete_reason: str | None = None,

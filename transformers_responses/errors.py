@@ -6,6 +6,8 @@
     ├── NotFoundError              404 (unknown model, unknown id)
     └── ServerError                500 server_error (a fault of ours or the model's)
 
+    ConfigurationError             a bad server option (e.g. an unknown store URL), reported at start-up
+
 Every HTTP error body is `{"error": {"message", "type", "param", "code"}}`; every stream error is an `error` event with the
 same fields flat, followed by `response.failed`. `from_exception` is the only translation point.
 """
@@ -51,6 +53,10 @@ class NotFoundError(ResponsesError):
 class ServerError(ResponsesError):
     status_code = 500
     error_type = "server_error"
+
+
+class ConfigurationError(ValueError):
+    """A server option that cannot work (e.g. `--responses-store` with an unknown scheme); raised at start-up."""
 
 
 def from_exception(exc: BaseException) -> ResponsesError:

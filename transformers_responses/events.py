@@ -63,7 +63,7 @@ def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int, cached_t
 
 
 def response_event(kind: str, response: Json) -> Json:
-    """`response.created|in_progress|completed|incomplete|failed|queued` with a full snapshot."""
+    """`response.created|queued|in_progress|completed|incomplete|failed|cancelled` with a full snapshot."""
     return {"type": f"response.{kind}", "response": response}
 
 
@@ -125,7 +125,7 @@ EMITTED_EVENT_TYPES = (
     "response.content_part.added", "response.content_part.done", "response.output_text.delta",
     "response.output_text.done", "response.reasoning_text.delta", "response.reasoning_text.done",
     "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.completed",
-    "response.incomplete", "response.failed", "error",
+    "response.incomplete", "response.failed", "response.queued", "response.cancelled", "error",
 )
 
 
@@ -143,8 +143,12 @@ class Sequencer:
         return event
 
     def frame(self, event: Json) -> str:
-        self.number(event)
-        return f"event: {event['type']}\ndata: {_dumps(event)}\n\n"
+        return frame(self.number(event))
+
+
+def frame(event: Json) -> str:
+    """One SSE block for an already numbered event (a replayed background event keeps its number)."""
+    return f"event: {event['type']}\ndata: {_dumps(event)}\n\n"
 
 
 DONE_FRAME = "data: [DONE]\n\n"

@@ -35,7 +35,10 @@ FIELD_POLICY: dict[str, str] = {
     "generation_config": IMPLEMENTED,
     "seed": IMPLEMENTED,
     "chat_template_kwargs": IMPLEMENTED,
-    "store": ECHOED,
+    "store": IMPLEMENTED,
+    "previous_response_id": IMPLEMENTED,
+    "conversation": IMPLEMENTED,
+    "background": IMPLEMENTED,
     "metadata": ECHOED,
     "user": ECHOED,
     "safety_identifier": ECHOED,
@@ -44,10 +47,7 @@ FIELD_POLICY: dict[str, str] = {
     "prompt_cache_options": ECHOED,
     "service_tier": ECHOED,
     "access_programs": ECHOED,
-    "background": REFUSED,
     "background_options": REFUSED,
-    "conversation": REFUSED,
-    "previous_response_id": REFUSED,
     "max_tool_calls": REFUSED,
     "prompt": REFUSED,
     "context_management": REFUSED,
@@ -72,6 +72,9 @@ def check_supported(body: dict[str, Any]) -> None:
     for key, value in body.items():
         if FIELD_POLICY.get(key) == REFUSED and value not in (None, False):
             raise _refuse(key, _NOT_YET)
+    if body.get("background") and body.get("store", True) is False:
+        raise InvalidRequestError("Background responses are kept in the store to be polled: `background: true` "
+                                  "cannot be used with `store: false`.", param="background")
     if body.get("max_output_tokens") is not None and body["max_output_tokens"] < 16:
         raise InvalidRequestError(
             "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
@@ -81,9 +84,7 @@ def check_supported(body: dict[str, Any]) -> None:
     _range(body, "top_logprobs", 0, 20)
     if body.get("top_logprobs"):
         raise _refuse("top_logprobs", "(log probabilities) " + _NOT_YET)
-    for i, item in enumerate(body.get("include") or []):
-        if item not in _INCLUDE_VACUOUS:
-            raise _refuse(f"include[{i}]", f"value {item!r} {_NOT_YET}")
+    check_include(body.get("include"))
     for i, tool in enumerate(body.get("tools") or []):
         if tool.get("type") != "function":
             raise UnsupportedError(f"Tools of type {tool.get('type')!r} {_NOT_YET}; only function tools are.",
@@ -96,7 +97,19 @@ def check_supported(body: dict[str, Any]) -> None:
         raise _refuse("text.format", f"type {fmt.get('type')!r} (structured output) {_NOT_YET}")
     if body.get("truncation") == "auto":
         raise _refuse("truncation", "value 'auto' " + _NOT_YET)
-    metadata = body.get("metadata") or {}
+    check_metadata(body.get("metadata"))
+
+
+def check_include(values: list[str] | None, param: str = "include") -> None:
+    """`include` values we can honour: those naming output this server never produces (nothing to add)."""
+    for i, item in enumerate(values or []):
+        if item not in _INCLUDE_VACUOUS:
+            raise _refuse(f"{param}[{i}]", f"value {item!r} {_NOT_YET}")
+
+
+def check_metadata(metadata: dict[str, str] | None) -> None:
+    """At most 16 keys; keys ≤ 64 and values ≤ 512 characters (responses and conversations alike)."""
+    metadata = metadata or {}
     if len(metadata) > 16:
         raise InvalidRequestError("Invalid 'metadata': too many keys (at most 16).", param="metadata")
     for key, value in metadata.items():

@@ -65,6 +65,11 @@ class Generation:
             self.cancelled = True
             self.streamer.cancel()
 
+    def interrupt(self) -> None:
+        """Cancel, and end `chunks()` now rather than at the host's next decode step."""
+        self.cancel()
+        self.queue.put_nowait(None)
+
     @property
     def output_tokens(self) -> int:
         return int(self.streamer.total_tokens)

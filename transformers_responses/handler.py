@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers.cli.serving.utils import BaseHandler, Modality
@@ -23,7 +23,9 @@ from . import generation, tool_parsers
 from .emitter import Assembler, echo_tools, initial_response
 from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
 from .fields import check_supported
+from .items import stored_items
 from .normalizer import input_items, to_chat_messages, to_template_tools
+from .state import Context, State
 from .validation import validate_create_request
 
 logger = logging.getLogger("transformers_responses")
@@ -47,15 +49,25 @@ class Prepared:
     gen_manager: Any
     parser: tool_parsers.ToolParser
     snapshot: dict[str, Any]
+    context: Context
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    generation: generation.Generation | None = None
+
+    def request_stop(self) -> None:
+        """Stop generating (a cancel): the response ends `cancelled` with the output it has."""
+        self.stop.set()
+        if self.generation is not None:
+            self.generation.interrupt()
 
 
 class ResponsesHandler(BaseHandler):
     """Handler for the Responses API routes; constructed once per server by `routes.mount`."""
 
     def __init__(self, model_manager: Any, generation_state: Any, chat_template_kwargs: dict[str, Any] | None = None,
-                 *, tool_call_parser: str = "auto") -> None:
+                 *, tool_call_parser: str = "auto", state: State | None = None) -> None:
         super().__init__(model_manager, generation_state, chat_template_kwargs=chat_template_kwargs)
         self.tool_call_parser = tool_call_parser
+        self.state = state
 
     # ---- preparation ----
 
@@ -63,16 +75,15 @@ class ResponsesHandler(BaseHandler):
         validate_create_request(body)
         check_supported(body)
         body = dict(body)
+        if self.state is not None:
+            context = await self.state.resolve(body)
+        else:
+            context = Context(input=stored_items(input_items(body)))
         model_id, model, processor = await self._load(body)
         tokenizer = getattr(processor, "tokenizer", processor)
         modality = self.model_manager.get_model_modality(model, processor=processor)
-        vision = modality in (Modality.VLM, Modality.MULTIMODAL)
         use_cb = self.generation_state.use_continuous_batching(model, modality)
-
-        tool_choice = body.get("tool_choice") or "auto"
-        template_tools = None if tool_choice == "none" else to_template_tools(body.get("tools"))
-        messages = to_chat_messages(input_items(body), body.get("instructions"), vision=vision)
-        inputs = self._render(processor, model, messages, template_tools, body, use_cb)
+        template_tools, inputs = self._render_context(body, context, processor, model, modality, use_cb)
         # CB takes a flat list of ids, the sequential path a [1, N] tensor.
         input_ids = inputs["input_ids"]
         prompt_ids = input_ids if isinstance(input_ids, list) else input_ids[0].tolist()
@@ -93,8 +104,31 @@ class ResponsesHandler(BaseHandler):
         response_id = ev.new_id("resp")
         snapshot = initial_response(body, response_id=response_id, model=body["model"], created_at=ev.now(),
                                     tools=echo_tools(body.get("tools")))
+        if context.conversation_id:
+            snapshot["conversation"] = {"id": context.conversation_id}
         return Prepared(body, response_id, model_id, model, processor, tokenizer, inputs, input_tokens, gen_config,
-                        gen_manager, parser, snapshot)
+                        gen_manager, parser, snapshot, context)
+
+    async def count_input_tokens(self, body: dict[str, Any]) -> int:
+        """`POST /v1/responses/input_tokens`: the prompt this request would render, tools included, in tokens."""
+        body = {**body, "input": body.get("input") or []}
+        check_supported({k: v for k, v in body.items() if k != "model"})
+        context = await self.state.resolve(body) if self.state is not None else Context(
+            input=stored_items(input_items(body)))
+        model_id, model, processor = await self._load(body)
+        modality = self.model_manager.get_model_modality(model, processor=processor)
+        _, inputs = self._render_context(body, context, processor, model, modality, use_cb=True)
+        return len(inputs["input_ids"])
+
+    def _render_context(self, body: dict[str, Any], context: Context, processor: Any, model: Any, modality: Any,
+                        use_cb: bool) -> tuple[list[dict[str, Any]] | None, Any]:
+        vision = modality in (Modality.VLM, Modality.MULTIMODAL)
+        tool_choice = body.get("tool_choice") or "auto"
+        template_tools = None if tool_choice == "none" else to_template_tools(body.get("tools"))
+        messages = to_chat_messages([*context.history, *context.input], body.get("instructions"), vision=vision,
+                                    history=len(context.history),
+                                    history_path="conversation" if context.conversation_id else "previous_response_id")
+        return template_tools, self._render(processor, model, messages, template_tools, body, use_cb)
 
     async def _load(self, body: dict[str, Any]) -> tuple[str, Any, Any]:
         forced = self.model_manager.force_model
@@ -153,11 +187,14 @@ class ResponsesHandler(BaseHandler):
     async def run(self, prep: Prepared, disconnected: asyncio.Event | None = None) -> AsyncIterator[dict[str, Any]]:
         """Generate and yield every event of the response, terminal event last. Cancels generation if abandoned."""
         assembler = Assembler(prep.snapshot)
-        for event in assembler.start():
+        for event in assembler.start(queued=bool(prep.body.get("background"))):
             yield event
         parallel = prep.body.get("parallel_tool_calls", True) is not False
         gen = generation.start(prep.gen_manager, prep.model, prep.processor, prep.inputs, prep.gen_config,
                                prep.response_id, prep.tokenizer)
+        prep.generation = gen
+        if prep.stop.is_set():
+            gen.interrupt()
         reasoning_tokens = 0
         parser = prep.parser
         try:
@@ -171,6 +208,12 @@ class ResponsesHandler(BaseHandler):
                     gen.cancel()  # parallel_tool_calls=false: one call, then the turn is over
                     gen.saw_stop = True
                     break
+            if prep.stop.is_set():  # cancelled: keep what was written, closed as incomplete
+                gen.cancel()
+                usage = ev.usage(prep.input_tokens, gen.output_tokens, reasoning_tokens)
+                for event in assembler.finish("cancelled", usage):
+                    yield event
+                return
             if gen.error is not None:
                 failure = ServerError(f"The model failed while generating: {gen.error}")
                 for event in self._failed(assembler, gen, prep, failure, reasoning_tokens):

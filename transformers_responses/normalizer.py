@@ -102,8 +102,11 @@ def _output_text(output: Any, path: str) -> str:
 
 
 def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, vision: bool = False,
-                     path: str = "input") -> list[Message]:
-    """Normalize input items (plus `instructions`) into chat messages for `apply_chat_template`."""
+                     path: str = "input", history: int = 0, history_path: str = "previous_response_id") -> list[Message]:
+    """Normalize input items (plus `instructions`) into chat messages for `apply_chat_template`.
+
+    The first `history` items are the stored context (a `previous_response_id` chain or a conversation); errors in
+    them name `history_path`, errors in the rest name `path[i]` counted from the request's own input."""
     messages: list[Message] = []
     pending_reasoning: str | None = None
 
@@ -121,7 +124,7 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
 
     for i, item in enumerate(items):
         kind = _item_type(item)
-        where = f"{path}[{i}]"
+        where = f"{path}[{i - history}]" if i >= history else history_path
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
             content = _parts_text(item["content"], f"{where}.content", vision=vision)
@@ -149,9 +152,9 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
         elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _output_text(item["output"], f"{where}.output")})
-        elif kind == "item_reference":
-            raise UnsupportedError("`item_reference` input items need the response store, which is not supported yet.",
-                                   param=where)
+        elif kind == "item_reference":  # resolved from the store before normalization; one left is unknown
+            raise InvalidRequestError(f"Item with id {item.get('id')!r} not found.", param=where,
+                                      code="item_not_found")
         elif kind in _UNSUPPORTED_ITEMS:
             raise UnsupportedError(f"Input items of type {kind!r} belong to hosted tools this server does not run.",
                                    param=f"{where}.type")

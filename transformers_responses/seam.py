@@ -98,10 +98,16 @@ def _plugin_parameters() -> list[inspect.Parameter]:
         opt("tool_call_parser", "auto", str,
             f"Tool-call syntax of the model: auto (from the chat template) or one of {', '.join(sorted(BUILTIN))}, "
             "or a plugin's name."),
+        opt("responses_store", "", str,
+            "Where responses and conversations are kept: sqlite:///path.db (default: responses.db under the Hugging "
+            "Face cache), memory:// (bounded, lost at exit) or redis://host:port/db (shared by several replicas)."),
+        opt("responses_ttl", "30d", str,
+            "How long stored responses are kept: seconds, or a number with s, m, h or d (e.g. 12h, 30d); 0 keeps "
+            "them forever."),
     ]
 
 
-PLUGIN_OPTIONS = ("enable_responses", "tool_call_parser")
+PLUGIN_OPTIONS = ("enable_responses", "tool_call_parser", "responses_store", "responses_ttl")
 
 
 def patch_serve_command(app: Any) -> None:
@@ -121,6 +127,9 @@ def patch_serve_command(app: Any) -> None:
         if not options["enable_responses"]:
             return host_serve(**kwargs)
         check_host()
+        from .store import parse_ttl
+
+        options["responses_ttl"] = parse_ttl(options["responses_ttl"])
         with plugins_on_build(options):
             return host_serve(**kwargs)
 
@@ -160,6 +169,22 @@ def run_serve_plugins(app: Any, **context: Any) -> None:
 
     for ep in entry_points(group=SERVE_GROUP):
         ep.load()(app, **context)
+
+
+def add_lifespan(app: Any, startup: Callable[[], Any], shutdown: Callable[[], Any]) -> None:
+    """Run `startup` before and `shutdown` after the host's own lifespan (Starlette's `router.lifespan_context`)."""
+    host_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app_: Any) -> Any:
+        await startup()
+        try:
+            async with host_lifespan(app_) as state:
+                yield state
+        finally:
+            await shutdown()
+
+    app.router.lifespan_context = lifespan
 
 
 def remove_route(app: Any, path: str, method: str) -> None:

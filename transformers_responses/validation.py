@@ -225,10 +225,9 @@ def _check_union(value: Any, members: tuple[Any, ...], path: str, depth: int) ->
 
 
 @functools.lru_cache(maxsize=1)
-def request_schema() -> type:
-    """`ResponseCreateParamsBase` + `stream` + the host extensions, with message items widened to accept the history
-    parts real clients send (`output_text`, `refusal` in role messages, as the OpenAI service does)."""
-    from openai.types.responses import response_create_params as rcp
+def input_item_type() -> Any:
+    """The union of input items, with message items widened to accept the history parts real clients send
+    (`output_text`, `refusal` in role messages, as the OpenAI service does)."""
     from openai.types.responses import response_input_param as rip
     from openai.types.responses.response_input_message_content_list_param import ResponseInputContentParam
     from openai.types.responses.response_output_refusal_param import ResponseOutputRefusalParam
@@ -259,27 +258,62 @@ def request_schema() -> type:
 
     message_types = {"EasyInputMessageParam", "Message", "ResponseOutputMessageParam"}
     items = tuple(m for m in typing.get_args(rip.ResponseInputItemParam) if m.__name__ not in message_types)
-    Item = Union[(RoleMessage, *items)]  # noqa: N806
+    return Union[(RoleMessage, *items)]
+
+
+_HOST_EXTENSIONS = {"generation_config": str, "seed": Union[int, None], "chat_template_kwargs": Union[dict[str, Any], None]}
+
+
+@functools.lru_cache(maxsize=1)
+def request_schema() -> type:
+    """`ResponseCreateParamsBase` + `stream` + the host extensions, with widened message items."""
+    from openai.types.responses import response_create_params as rcp
 
     base_hints = dict(_hints(rcp.ResponseCreateParamsBase))
-    base_hints["input"] = Union[str, list[Item]]  # type: ignore[valid-type]
+    base_hints["input"] = Union[str, list[input_item_type()]]  # type: ignore[misc]
     base_hints["stream"] = Union[bool, None]
-    base_hints["generation_config"] = str
-    base_hints["seed"] = Union[int, None]
-    base_hints["chat_template_kwargs"] = Union[dict[str, Any], None]
-    schema = TypedDict("ResponsesRequest", base_hints, total=False)  # type: ignore[operator]
-    return schema
+    base_hints.update(_HOST_EXTENSIONS)
+    return TypedDict("ResponsesRequest", base_hints, total=False)  # type: ignore[operator,no-any-return]
+
+
+@functools.lru_cache(maxsize=1)
+def input_tokens_schema() -> type:
+    """`POST /v1/responses/input_tokens`: `InputTokenCountParams` with widened message items."""
+    from openai.types.responses import input_token_count_params as itp
+
+    hints = dict(_hints(itp.InputTokenCountParams))
+    hints["input"] = Union[str, list[input_item_type()], None]  # type: ignore[misc]
+    hints["chat_template_kwargs"] = _HOST_EXTENSIONS["chat_template_kwargs"]
+    return TypedDict("InputTokensRequest", hints, total=False)  # type: ignore[operator,no-any-return]
+
+
+@functools.lru_cache(maxsize=1)
+def conversation_schemas() -> dict[str, type]:
+    """Bodies of the Conversations API: create, update (metadata) and items create."""
+    items = list[input_item_type()]  # type: ignore[misc]
+    metadata = Union[dict[str, str], None]
+    return {
+        "create": TypedDict("ConversationCreate", {"items": Union[items, None], "metadata": metadata},  # type: ignore[operator]
+                            total=False),
+        "update": TypedDict("ConversationUpdate", {"metadata": Required[metadata]}),  # type: ignore[operator]
+        "items": TypedDict("ConversationItemsCreate", {"items": Required[items]}),  # type: ignore[operator]
+    }
+
+
+def validate_body(body: Any, schema: type, required: tuple[str, ...] = ()) -> None:
+    """Raise `InvalidRequestError` (param = the path) unless `body` is valid for `schema`."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError(f"The request body must be a JSON object, but got {_json_kind(body)}.", param=None)
+    try:
+        _check_typeddict(body, schema, "", 0)
+    except _Problem as problem:
+        raise InvalidRequestError(problem.message, param=problem.path, code=problem.code) from None
+    for key in required:
+        if key not in body:
+            raise InvalidRequestError(f"Missing required parameter: '{key}'.", param=key,
+                                      code="missing_required_parameter")
 
 
 def validate_create_request(body: Any) -> None:
     """Raise `InvalidRequestError` (param = the path) unless `body` is a valid `POST /v1/responses` request."""
-    if not isinstance(body, dict):
-        raise InvalidRequestError(f"The request body must be a JSON object, but got {_json_kind(body)}.", param=None)
-    try:
-        _check_typeddict(body, request_schema(), "", 0)
-    except _Problem as problem:
-        raise InvalidRequestError(problem.message, param=problem.path, code=problem.code) from None
-    for key in ("model", "input"):
-        if key not in body:
-            raise InvalidRequestError(f"Missing required parameter: '{key}'.", param=key,
-                                      code="missing_required_parameter")
+    validate_body(body, request_schema(), required=("model", "input"))
