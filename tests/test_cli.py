@@ -42,3 +42,37 @@ def test_demo_once_answers_one_real_request(fixture_model) -> None:  # type: ign
     out = run("demo", "--once", "--port", str(free_port()))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "transformers responses create Hi" in out.stdout and out.stdout.rstrip().endswith(greeting)
+
+
+def test_stored_response_commands(server: Server) -> None:
+    first = run("create", "My name is Ada.", "--url", server.base_url, "--model", server.model)
+    response_id = first.stderr.strip().splitlines()[-1].strip("[]")
+    assert response_id.startswith("resp_"), first.stderr
+    follow = run("create", "What is my name?", "--url", server.base_url, "--model", server.model,
+                 "--previous-response-id", response_id)
+    assert follow.stdout.strip() == next(s.completion for s in SCRIPT if s.name == "name_recall")
+    got = run("get", response_id, "--url", server.base_url)
+    assert got.returncode == 0 and "completed" in got.stdout and "Nice to meet you" in got.stdout
+    assert json.loads(run("get", response_id, "--url", server.base_url, "--json").stdout)["id"] == response_id
+    items = run("items", response_id, "--url", server.base_url)
+    assert "user: My name is Ada." in items.stdout
+    cancel = run("cancel", response_id, "--url", server.base_url)
+    assert cancel.returncode == 1 and "background" in cancel.stderr
+    assert run("delete", response_id, "--url", server.base_url).stdout.strip() == f"deleted {response_id}"
+    missing = run("get", response_id, "--url", server.base_url)
+    assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_conversation_commands(server: Server) -> None:
+    conv_id = run("conversation", "create", "--message", "My name is Ada.", "--url", server.base_url).stdout.strip()
+    assert conv_id.startswith("conv_")
+    answer = run("create", "What is my name?", "--url", server.base_url, "--model", server.model,
+                 "--conversation", conv_id)
+    assert answer.stdout.strip() == next(s.completion for s in SCRIPT if s.name == "name_recall")
+    lines = run("conversation", "items", conv_id, "--url", server.base_url).stdout.strip().splitlines()
+    assert [line.split("  ", 1)[1] for line in lines] == [
+        "user: My name is Ada.", "user: What is my name?",
+        f"assistant: {next(s.completion for s in SCRIPT if s.name == 'name_recall')}"]
+    assert conv_id in run("conversation", "get", conv_id, "--url", server.base_url).stdout
+    assert run("conversation", "delete", conv_id, "--url", server.base_url).returncode == 0
+    assert run("conversation", "get", conv_id, "--url", server.base_url).returncode == 1

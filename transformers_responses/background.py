@@ -89,11 +89,16 @@ class Runner:
                     queue.put_nowait(None)
                     await writer
                     stored = await self.state.commit(record, event["response"])
+                    if stored is None:  # deleted while it ran: nothing of it is kept
+                        return
                     if stored["status"] != event["response"]["status"]:
                         event = {"type": f"response.{stored['status']}", "response": stored,
                                  "sequence_number": event["sequence_number"]}
                     await self.store.append_events(record.id, [event])
                     return
+                if event["type"] == "response.in_progress":  # polls now see it running, not queued
+                    await self.store.update_response(record.id, event["response"], only_if_status=("queued",),
+                                                     owner=self.state.owner)
                 queue.put_nowait(event)
         except asyncio.CancelledError:
             raise
@@ -101,9 +106,9 @@ class Runner:
             logger.exception("background response %s failed", record.id)
             failed = {**record.response, "status": "failed",
                       "error": {"code": "server_error", "message": "The server failed while running this response."}}
-            await self.state.commit(record, failed)
-            await self.store.append_events(record.id, [{"type": "response.failed", "response": failed,
-                                                        "sequence_number": seq.next}])
+            if await self.state.commit(record, failed) is not None:
+                await self.store.append_events(record.id, [{"type": "response.failed", "response": failed,
+                                                            "sequence_number": seq.next}])
         finally:
             if not writer.done():
                 queue.put_nowait(None)

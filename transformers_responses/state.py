@@ -121,8 +121,9 @@ class State:
     async def begin(self, record: ResponseRecord) -> None:
         await self.store.put_response(record, record.request["input"])
 
-    async def commit(self, record: ResponseRecord, final: Json) -> Json:
-        """Write the final snapshot unless the response was cancelled meanwhile; return what is stored."""
+    async def commit(self, record: ResponseRecord, final: Json) -> Json | None:
+        """Write the final snapshot unless the response was cancelled meanwhile; return what is stored (None when
+        it was deleted meanwhile)."""
         only_if = UNFINISHED if final["status"] != "cancelled" else (*UNFINISHED, "cancelled")
         if await self.store.update_response(record.id, final, only_if_status=only_if, owner=None):
             if record.conversation_id:
@@ -130,7 +131,7 @@ class State:
                                            [*record.request["input"], *final.get("output", [])])
             return final
         stored = await self.store.get_response(record.id)
-        return stored.response if stored is not None else final
+        return stored.response if stored is not None else None
 
     async def recorded(self, body: Json, snapshot: Json, ctx: Context,
                        events: AsyncIterator[Json]) -> AsyncIterator[Json]:
@@ -147,7 +148,7 @@ class State:
                 if event["type"] in TERMINAL_EVENTS:
                     stored = await self.commit(record, event["response"])
                     finished = True
-                    if stored["status"] != event["response"]["status"]:
+                    if stored is not None and stored["status"] != event["response"]["status"]:
                         event = ev.response_event(stored["status"], stored)
                 yield event
         finally:
