@@ -160,8 +160,10 @@ class ResponseStore(abc.ABC):
     @abc.abstractmethod
     async def update_response(self, response_id: str, response: Json, *,
                               only_if_status: Sequence[str] | None = None, owner: str | None = None) -> bool:
-        """Replace the `Response` object (and owner) of a stored record; with `only_if_status`, only while the stored
-        status is one of those (atomically). Writes the output scope as `put_response` does. True if written."""
+        """Replace the `Response` object and the owner of a stored record (pass `owner` while it is unfinished:
+        an unfinished response without an owner is an orphan to `fail_orphans`); with `only_if_status`, only while
+        the stored status is one of those (atomically). Writes the output scope as `put_response` does. True if
+        written."""
 
     @abc.abstractmethod
     async def delete_response(self, response_id: str) -> bool:
