@@ -57,6 +57,7 @@ def test_cancel_on_the_other_replica_stops_the_generation(replicas: tuple[Server
     while b.client().responses.retrieve(running.id).status != "in_progress":
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    time.sleep(0.5)  # let it write some tokens
     assert b.client().responses.cancel(running.id).status == "cancelled"
     started = time.monotonic()
     assert a.client().responses.create(model=a.model, input="Hi").output_text == completion("greeting")
