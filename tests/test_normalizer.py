@@ -68,12 +68,23 @@ def test_image_for_text_model_is_a_400_naming_the_part() -> None:
 
 
 def test_refused_items_name_the_item() -> None:
-    with pytest.raises(UnsupportedError) as info:
+    # References are resolved from the store before normalization; one that reaches it was not found.
+    with pytest.raises(InvalidRequestError) as info:
         to_chat_messages([{"role": "user", "content": "x"}, {"type": "item_reference", "id": "msg_1"}], None)
-    assert info.value.param == "input[1]"
+    assert (info.value.param, info.value.code) == ("input[1]", "item_not_found")
     with pytest.raises(UnsupportedError) as info:
         to_chat_messages([{"type": "web_search_call", "id": "w", "status": "completed"}], None)
     assert info.value.param == "input[0].type"
+
+
+def test_history_items_are_named_by_where_they_came_from() -> None:
+    history = [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{oops"}]
+    with pytest.raises(InvalidRequestError) as info:
+        to_chat_messages([*history, {"role": "user", "content": "x"}], None, history=1)
+    assert info.value.param == "previous_response_id"
+    with pytest.raises(InvalidRequestError) as info:
+        to_chat_messages([{"role": "user", "content": "x"}, *history], None, history=1, history_path="conversation")
+    assert info.value.param == "input[0].arguments"
 
 
 def test_bad_arguments_json_is_a_400() -> None:
