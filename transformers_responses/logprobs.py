@@ -8,22 +8,25 @@ log probability and its `top_k` (0-20) most likely alternatives, in the OpenAI s
 Which distribution: `log_softmax` of the scores as every logits processor ahead of the recorder left them (repetition
 penalties, grammar masks: put the recorder last in `logits_processor=`), and before the sampling warpers
 (temperature, top-k, top-p), which `generate()` always runs after custom processors. So the numbers are the model's
-(constrained) distribution, not the sampler's truncated one — the choice vLLM makes by default too — and a token a
-grammar forbids never appears as an alternative. Per step it costs one `log_softmax` and one `torch.topk` on the row.
+(constrained) distribution, the same whatever the sampling settings, not the sampler's truncated one (where top-p
+would turn most alternatives into -inf); and a token a grammar forbids never appears as an alternative. Per step it
+costs one `log_softmax` and one `torch.topk` on the row.
 
-A processor sees the scores before the token is chosen; the choice is read from `input_ids` at the next call (or
-`finish(sequences)` for the last one). Entries land in a thread-safe deque the event loop drains (`drain()`) as the
-text streams, so memory stays flat however long the answer.
+A processor sees the scores before the token is chosen, so the choice is read by a companion stopping criterion,
+`recorder.chosen` (pass it in `stopping_criteria=`): `generate()` runs stopping criteria right after choosing a token
+and before handing it to the streamer, so an entry is always recorded before its text streams. (Without it, the
+choice is read at the next processor call, one token late, and `finish(sequences)` records the last one.) Entries
+land in a thread-safe deque the event loop drains (`drain()`) with each decoded chunk, so memory stays flat however
+long the answer.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, StoppingCriteria
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,6 +49,8 @@ def _byte_decoder() -> dict[str, int]:
 class LogprobsRecorder(LogitsProcessor):
     """Records per-token logprobs during `model.generate()` (batch size 1); the scores pass through unchanged.
 
+        generate(..., logits_processor=[grammar, recorder], stopping_criteria=[recorder.chosen])
+
     `tokenizer` turns ids into token strings (`convert_ids_to_tokens` + `convert_tokens_to_string`, so byte-level
     tokens read as text) and UTF-8 bytes. `skip_ids` (e.g. the EOS ids) are not recorded when chosen: the end token
     is no part of the output text. Use one instance per `generate()` call.
@@ -58,10 +63,10 @@ class LogprobsRecorder(LogitsProcessor):
         self.k = top_logprobs
         self.skip = frozenset(int(i) for i in skip_ids)
         self.entries: deque[dict[str, Any]] = deque()  # appends and pops are atomic: the loop thread drains it
-        self._lock = threading.Lock()
         # The row of the previous step, kept on the device it came from until the choice is known.
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._text: dict[int, tuple[str, list[int]]] = {}  # id -> (string, bytes): vocabularies repeat tokens
+        self.chosen = _ChosenToken(self)
         # Byte-level BPE pieces map back to their exact bytes (a piece may hold half a UTF-8 character, which a
         # decoded string would turn into U+FFFD); other vocabularies go through the tokenizer's own decoding.
         decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
@@ -106,16 +111,27 @@ class LogprobsRecorder(LogitsProcessor):
         return cached
 
     def _record(self, chosen: int) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, None
+        pending, self._pending = self._pending, None  # processor and criterion run on the generating thread
         if pending is None or chosen in self.skip:
             return
         row, values, indices = pending
         text, raw = self._token(chosen)
         top = []
-        for logprob, token_id in zip(values.tolist(), indices.tolist()):  # k <= 20 items: Python is fine here
+        # k <= 20 items: Python is fine here
+        for logprob, token_id in zip(values.tolist(), indices.tolist(), strict=True):
             if logprob == float("-inf"):
                 break  # masked (e.g. by a grammar): not an alternative
             alt_text, alt_raw = self._token(token_id)
             top.append({"token": alt_text, "logprob": logprob, "bytes": alt_raw})
         self.entries.append({"token": text, "logprob": float(row[chosen]), "bytes": raw, "top_logprobs": top})
+
+
+class _ChosenToken(StoppingCriteria):
+    """The stopping criterion that tells a `LogprobsRecorder` which token was chosen; it never stops anything."""
+
+    def __init__(self, recorder: LogprobsRecorder) -> None:
+        self.recorder = recorder
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        self.recorder._record(int(input_ids[0, -1]))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # type: ignore[return-value]

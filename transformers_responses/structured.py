@@ -12,11 +12,12 @@ per-tokenizer `TokenizerInfo` cache, the LRU of compiled grammars, and the check
 keywords xgrammar would silently ignore. Tool-call syntax comes from the tool parsers (`ToolParser.call_syntax`), so a
 constrained call is always one the family's parser reads back.
 
-Continuous batching is not supported (`supports_continuous_batching()` is False): the host's CB builds its logits
-processors once from the generation config, and a per-request grammar there needs its private internals; see
-`supports_continuous_batching` for what it would take. Constrained requests go to the sequential path.
+Continuous batching: the host's CB builds its logits processors once, from the generation config, so per-request
+grammars there go through one router keyed by request id, `structured_cb.CBGrammarRouter` (it reaches into the
+host's CB internals; `supports_continuous_batching(manager)` says when it can be used).
 
-`xgrammar` is imported lazily, so importing this module is free and works without the extra.
+`xgrammar` is imported lazily: this module imports without the extra, and `available()` / `require()` say whether
+constrained requests can be served.
 """
 
 from __future__ import annotations
@@ -39,11 +40,17 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "CompiledGrammar", "GrammarLogitsProcessor", "available", "compile_json_object", "compile_json_schema",
-    "compile_tool_calls", "model_vocab_size", "require", "supports_continuous_batching",
+    "THINK", "CompiledGrammar", "GrammarLogitsProcessor", "Reasoning", "apply_mask", "available", "check_schema",
+    "compile_json_object", "compile_json_schema", "compile_tool_calls", "model_vocab_size", "require",
+    "supports_continuous_batching", "tool_calls_format",
 ]
 
 INSTALL_HINT = "pip install 'transformers-responses[structured]'"
+# Where the constrained output may start, for models that think first (`ToolParser.think_open/think_close`):
+# "none": at once; "optional": after an optional `<think>…</think>` block; "opened": the prompt opened the block
+# (the parser starts `in_reasoning`), so the output is the rest of it, `</think>`, then the constrained part.
+Reasoning = Literal["none", "optional", "opened"]
+THINK = ("<think>", "</think>")
 CACHE_SIZE = 128
 # Whitespace allowed between JSON tokens inside tool arguments (a structural tag has no exact-separator mode). A cap,
 # because with free whitespace a small model can pad forever.
@@ -68,27 +75,29 @@ def available() -> bool:
     return importlib.util.find_spec("xgrammar") is not None
 
 
-def require() -> None:
-    """Raise `UnsupportedError` (400) naming the extra to install when xgrammar is missing."""
+def require(param: str = "text.format") -> None:
+    """Raise `UnsupportedError` (400, naming `param`) that says which extra to install when xgrammar is missing."""
     if not available():
         raise UnsupportedError(
             f"Structured output (text.format json_schema/json_object, forced tool_choice, strict tools) needs "
-            f"xgrammar on the server: {INSTALL_HINT}", param="text.format")
+            f"xgrammar on the server: {INSTALL_HINT}", param=param)
 
 
-def supports_continuous_batching() -> bool:
-    """False: constrained requests must take the sequential `model.generate()` path.
+def supports_continuous_batching(manager: Any = None) -> bool:
+    """Whether constrained requests can run under continuous batching (with `structured_cb.CBGrammarRouter`).
 
-    The host's CB (transformers 5.24, `generation/continuous_batching`) builds one `ContinuousBatchingLogitsProcessorList`
-    from the generation config in `ContinuousBatchingManager.__init__` and sizes its per-request argument buffers
-    (`tensors_required`) from it before `start()`; `CBGenerateManager.init_cb` calls both back to back, and
-    `add_request` takes no processor. A grammar router keyed by request id is possible (a
-    `ContinuousBatchingLogitsProcessor` whose `prepare_tensor_args` maps each row to a matcher slot and whose
-    `__call__` reads the sampled token from the carried-over input ids), but only by replacing `init_cb`, mutating
-    the private list before the IO buffers exist, and running Python per step, which CUDA graphs / `torch.compile`
-    of the CB step would freeze. That is not shippable against a host that may change any of it in a patch release.
+    Without `manager`: whether xgrammar and the host's CB logits-processor API are there at all. With a
+    `ContinuousBatchingManager` (created, not started): whether the router can attach to it (no async batching, no
+    CUDA graphs or compile); if not, route constrained requests to the sequential path (and log why: the reason is
+    `CBGrammarRouter.can_attach(manager)`).
     """
-    return False
+    if not available():
+        return False
+    try:
+        from .structured_cb import CBGrammarRouter
+    except ImportError:  # the host moved its CB internals
+        return False
+    return manager is None or CBGrammarRouter.can_attach(manager) is None
 
 
 def model_vocab_size(model: Any) -> int:
@@ -156,8 +165,8 @@ _compilers: weakref.WeakKeyDictionary[Any, dict[int, _Compiler]] = weakref.WeakK
 _compilers_lock = threading.Lock()
 
 
-def _compiler(tokenizer: Any, vocab_size: int | None) -> _Compiler:
-    require()
+def _compiler(tokenizer: Any, vocab_size: int | None, param: str = "text.format") -> _Compiler:
+    require(param)
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a ProcessorMixin wraps the tokenizer
     size = int(vocab_size) if vocab_size is not None else len(tokenizer)
     with _compilers_lock:
@@ -203,24 +212,51 @@ def check_schema(schema: Any, *, param: str = "text.format.schema") -> None:
             param=param, code="invalid_json_schema")
 
 
-def compile_json_schema(tokenizer: Any, schema: dict[str, Any], *, strict: bool = True,
-                        vocab_size: int | None = None) -> CompiledGrammar:
+def _reasoning_prefix(reasoning: Reasoning, think: tuple[str, str]) -> dict[str, Any] | None:
+    """The structural-tag format of the reasoning block allowed before the constrained part (None: none)."""
+    if reasoning == "none":
+        return None
+    block = {"type": "tag", "begin": think[0] if reasoning == "optional" else "", "content": {"type": "any_text"},
+             "end": think[1]}
+    # Templates put a blank line after the block; allow a little whitespace there, not an unbounded run.
+    prefix = {"type": "sequence", "elements": [block, {"type": "regex", "pattern": "[ \\n]{0,3}"}]}
+    return {"type": "optional", "content": prefix} if reasoning == "optional" else prefix
+
+
+def _compile_json(tokenizer: Any, schema: dict[str, Any], strict: bool, vocab_size: int | None, kind: str,
+                  reasoning: Reasoning, think: tuple[str, str]) -> CompiledGrammar:
+    def build(compiler: Any) -> Any:
+        if kind == "json_schema":
+            check_schema(schema)  # on a cache miss only: a cached schema has passed
+        if reasoning == "none":
+            return compiler.compile_json_schema(schema, any_whitespace=False, strict_mode=strict)
+        import xgrammar as xgr
+
+        # The same compact JSON grammar, behind the reasoning block: its EBNF inside a structural tag.
+        ebnf = str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=strict))
+        fmt = {"type": "sequence",
+               "elements": [_reasoning_prefix(reasoning, think), {"type": "grammar", "grammar": ebnf}]}
+        return compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+
+    key = f"{kind}:{int(strict)}:{reasoning}:{_canonical(think)}:{_canonical(schema)}"
+    return _compiler(tokenizer, vocab_size).get(key, kind, build)
+
+
+def compile_json_schema(tokenizer: Any, schema: dict[str, Any], *, strict: bool = True, vocab_size: int | None = None,
+                        reasoning: Reasoning = "none", think: tuple[str, str] = THINK) -> CompiledGrammar:
     """The grammar of JSON documents valid against `schema`, written compactly (`, ` and `: `, no other whitespace).
 
     `strict` (the OpenAI `strict` flag) forbids properties and items the schema does not declare. `vocab_size` is
-    the model's logits width (`model_vocab_size(model)`); default the tokenizer's length.
+    the model's logits width (`model_vocab_size(model)`); default the tokenizer's length. `reasoning`/`think`: see
+    `Reasoning`.
     """
-    check_schema(schema)
-    return _compiler(tokenizer, vocab_size).get(
-        f"schema:{int(strict)}:{_canonical(schema)}", "json_schema",
-        lambda c: c.compile_json_schema(schema, any_whitespace=False, strict_mode=strict))
+    return _compile_json(tokenizer, schema, strict, vocab_size, "json_schema", reasoning, think)
 
 
-def compile_json_object(tokenizer: Any, *, vocab_size: int | None = None) -> CompiledGrammar:
+def compile_json_object(tokenizer: Any, *, vocab_size: int | None = None, reasoning: Reasoning = "none",
+                        think: tuple[str, str] = THINK) -> CompiledGrammar:
     """The grammar of any JSON object (`text.format` `json_object`), written compactly."""
-    return _compiler(tokenizer, vocab_size).get(
-        "json_object", "json_object",
-        lambda c: c.compile_json_schema({"type": "object"}, any_whitespace=False, strict_mode=False))
+    return _compile_json(tokenizer, {"type": "object"}, False, vocab_size, "json_object", reasoning, think)
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -284,7 +320,8 @@ def _repeat(tags: list[dict[str, Any]], separator: str, max_calls: int | None) -
 
 
 def _closed(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with `additionalProperties: false` on every object schema that does not say otherwise."""
+    """`schema` with `additionalProperties: false` on every object schema that declares properties and does not say
+    otherwise: what `compile_json_schema(strict=True)` does (a free-form `{"type": "object"}` stays open)."""
     def close(node: Any) -> Any:
         if isinstance(node, list):
             return [close(n) for n in node]
@@ -293,7 +330,7 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
         out = {k: (close(v) if k in (*_SUBSCHEMA, *_SUBSCHEMA_LISTS) else
                    {n: close(s) for n, s in v.items()} if k in _SUBSCHEMA_MAPS and isinstance(v, dict) else v)
                for k, v in node.items()}
-        if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+        if "properties" in out and "additionalProperties" not in out:
             out["additionalProperties"] = False
         return out
     return close(schema)
@@ -301,17 +338,45 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
 
 def compile_tool_calls(tokenizer: Any, tools: Sequence[dict[str, Any]], *, mode: Literal["auto", "required"],
                        syntax: CallSyntax, names: Sequence[str] | None = None, max_calls: int | None = None,
-                       vocab_size: int | None = None) -> CompiledGrammar:
+                       vocab_size: int | None = None, reasoning: Reasoning = "none",
+                       think: tuple[str, str] = THINK) -> CompiledGrammar:
     """The grammar of a turn's tool calls (see `tool_calls_format`), in the family's `syntax`.
 
     From the request: `required` -> `mode="required"`; a named function -> `mode="required", names=[name]`;
     `allowed_tools` -> `names` = the subset with its `mode`; `auto` with a strict tool -> `mode="auto"`;
-    `parallel_tool_calls: false` -> `max_calls=1`; `max_tool_calls: N` -> `max_calls=N`.
+    `parallel_tool_calls: false` -> `max_calls=1`; `max_tool_calls: N` -> `max_calls=N`. `reasoning`/`think`: see
+    `Reasoning` (from the parser: `"opened"` if it starts `in_reasoning`, `"optional"` for a thinking model).
     """
     fmt = tool_calls_format(tools, mode=mode, syntax=syntax, names=names, max_calls=max_calls)
+    prefix = _reasoning_prefix(reasoning, think)
+    if prefix is not None:
+        fmt = {"type": "sequence", "elements": [prefix, fmt]}
     tag = {"type": "structural_tag", "format": fmt}
-    return _compiler(tokenizer, vocab_size).get(f"tools:{_canonical(tag)}", "tool_calls",
+    return _compiler(tokenizer, vocab_size, "tool_choice").get(f"tools:{_canonical(tag)}", "tool_calls",
                                                 lambda c: c.compile_structural_tag(tag))
+
+
+def apply_mask(scores: torch.Tensor, bitmask: torch.Tensor, vocab_size: int, indices: list[int] | None = None) -> None:
+    """Set the scores of the tokens `bitmask` forbids to -inf, in place (rows `indices`, default all).
+
+    Tokens past `vocab_size` (logits wider than the grammar's vocabulary) are always forbidden. On an accelerator the
+    bitmask is copied over and applied with triton if it is installed, else with xgrammar's plain-torch kernel: the
+    light install has no triton, and xgrammar's automatic choice there would fail.
+    """
+    import xgrammar as xgr
+
+    rows = slice(None) if indices is None else indices
+    if scores.shape[-1] > vocab_size:
+        scores[rows, vocab_size:] = float("-inf")
+    width = min(vocab_size, scores.shape[-1])
+    if scores.device.type == "cpu":
+        xgr.apply_token_bitmask_inplace(scores, bitmask, vocab_size=width, indices=indices, backend="cpu")
+        return
+    device_mask = bitmask.to(scores.device, non_blocking=True)
+    if importlib.util.find_spec("triton") is not None:
+        xgr.apply_token_bitmask_inplace(scores, device_mask, vocab_size=width, indices=indices, backend="triton")
+    else:
+        xgr.apply_token_bitmask_inplace(scores, device_mask, vocab_size=width, indices=indices, backend="torch_native")
 
 
 class GrammarLogitsProcessor(LogitsProcessor):
@@ -332,17 +397,16 @@ class GrammarLogitsProcessor(LogitsProcessor):
         self.matcher = compiled.matcher(stop or None)
         self.eos_token_id = stop[0] if stop else compiled.grammar.tokenizer_info.stop_token_ids[0]
         self.bitmask = xgr.allocate_token_bitmask(1, compiled.vocab_size)
-        self._apply = xgr.apply_token_bitmask_inplace
         self._started = False
 
     @property
-    def is_terminated(self) -> bool:
-        """Whether the grammar accepted a stop token (the output is complete, not cut off by max tokens)."""
-        return bool(self.matcher.is_terminated())
-
-    @property
     def is_completed(self) -> bool:
-        """Whether the text so far is a complete sentence of the grammar (a stop token may end it now)."""
+        """Whether the output the matcher has seen is a complete sentence of the grammar.
+
+        After `generate()` stopped on an end token this is True (the grammar allowed that token only once complete).
+        After it stopped on the token limit the matcher has not seen the last token (processors run before each
+        choice), so read the limit as `incomplete` from the finish reason, not from here.
+        """
         return bool(self.matcher.is_completed())
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -359,8 +423,5 @@ class GrammarLogitsProcessor(LogitsProcessor):
             scores[0, self.eos_token_id] = eos if eos != float("-inf") else 0.0
             return scores
         self.matcher.fill_next_token_bitmask(self.bitmask, 0)
-        width = self.compiled.vocab_size
-        if scores.shape[-1] > width:  # logits wider than the grammar's vocabulary: the tail is never allowed
-            scores[:, width:] = float("-inf")
-        self._apply(scores, self.bitmask, vocab_size=min(width, scores.shape[-1]))
+        apply_mask(scores, self.bitmask, self.compiled.vocab_size)
         return scores

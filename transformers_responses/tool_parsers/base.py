@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 Event = tuple[str, str]
@@ -92,12 +93,35 @@ class TrimmedStream:
         self.held = ""
 
 
+@dataclass(frozen=True)
+class CallSyntax:
+    """How a family writes one tool call, for grammar-constrained decoding (`transformers_responses.structured`).
+
+    A call is `begin` (with `{name}` replaced by the function name), the arguments, then `end`; several calls are
+    joined by `separator`. `trigger` is the fixed text every call starts with, which lets free text switch to a call
+    (empty: calls cannot follow free text). `arguments` is how the arguments are written: `"json"` (a JSON object) or
+    `"qwen_xml"` (`<parameter=KEY>\\nVALUE\\n</parameter>` blocks). Plain data, so parsers need no grammar library.
+    """
+
+    begin: str
+    end: str
+    separator: str = ""
+    trigger: str = ""
+    arguments: str = "json"
+
+    def call_begin(self, name: str) -> str:
+        """The text that opens a call of `name` (`str.replace`, not `format`: the syntax is full of braces)."""
+        return self.begin.replace("{name}", name)
+
+
 class ToolParser:
     """Base of the family parsers: splits off the reasoning block, then hands the rest to `_body`."""
 
     name: ClassVar[str] = "none"
     think_open: ClassVar[str] = "<think>"
     think_close: ClassVar[str] = "</think>"
+    # The call syntax this family parses, for constrained decoding; None where it cannot be stated as one syntax.
+    call_syntax: ClassVar[CallSyntax | None] = None
 
     def __init__(self, tools: list[dict[str, Any]] | None = None, *, prompt_tail: str = "") -> None:
         self.tools = {t["function"]["name"]: t["function"] for t in tools or []}

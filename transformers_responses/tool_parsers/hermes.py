@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from .base import Event, JsonCall, MalformedCall, MarkerScanner, ToolParser
+from .base import CallSyntax, Event, JsonCall, MalformedCall, MarkerScanner, ToolParser
 
 
 class HermesToolParser(ToolParser):
     name = "hermes"
     open_tag = "<tool_call>"
     close_tag = "</tool_call>"
+    # Exactly what the Qwen/Hermes templates render (and the fixture model writes): one block per call, `\n` between.
+    call_syntax = CallSyntax(begin='<tool_call>\n{"name": "{name}", "arguments": ', end="}\n</tool_call>",
+                             separator="\n", trigger="<tool_call>")
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Event, JsonCall, MalformedCall, ToolParser
+from .base import CallSyntax, Event, JsonCall, MalformedCall, ToolParser
 
 
 class Llama3JsonToolParser(ToolParser):
     name = "llama3_json"
+    # The whole answer is the calls (no trigger: a call cannot follow free text), `; ` between them.
+    call_syntax = CallSyntax(begin='{"name": "{name}", "parameters": ', end="}", separator="; ")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

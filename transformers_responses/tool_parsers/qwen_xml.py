@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from .base import Event, MarkerScanner, ToolParser
+from .base import CallSyntax, Event, MarkerScanner, ToolParser
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]+)>")
@@ -20,6 +20,9 @@ _PARAMETER = re.compile(r"\s*<parameter=([^>\n]+)>")
 
 class QwenXmlToolParser(ToolParser):
     name = "qwen3_xml"
+    # As the Qwen3-Coder / Qwen3.5 templates render it; the arguments are `<parameter=…>` blocks, not JSON.
+    call_syntax = CallSyntax(begin="<tool_call>\n<function={name}>\n", end="\n</function>\n</tool_call>",
+                             separator="\n", trigger="<tool_call>\n<function=", arguments="qwen_xml")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
