@@ -22,7 +22,6 @@ from transformers_responses.fixture_model import (
 from transformers_responses.tool_parsers.hermes import HermesToolParser
 
 # scripts/test.sh installs the [structured] extra: without it these tests fail rather than skip.
-needs_xgrammar = pytest.mark.usefixtures()  # kept as a marker of what needs the extra
 
 TIME_TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": "get_time", "description": "The time in a zone.", "strict": True, "parameters": {
@@ -112,7 +111,6 @@ def test_continuous_batching_needs_xgrammar(monkeypatch: pytest.MonkeyPatch) -> 
     assert structured.supports_continuous_batching() is False
 
 
-@needs_xgrammar
 def test_json_schema_on_a_greeting(loaded: tuple[Any, Any]) -> None:
     schema = {"type": "object", "additionalProperties": False, "required": ["reply", "mood", "score"], "properties": {
         "reply": {"type": "string", "maxLength": 24}, "mood": {"enum": ["happy", "sad"]},
@@ -128,7 +126,6 @@ def test_json_schema_on_a_greeting(loaded: tuple[Any, Any]) -> None:
     assert not unconstrained.startswith("{")  # the model would not comply unaided
 
 
-@needs_xgrammar
 def test_json_object(loaded: tuple[Any, Any]) -> None:
     model, tokenizer = loaded
     grammar = structured.compile_json_object(tokenizer, vocab_size=structured.model_vocab_size(model))
@@ -138,7 +135,6 @@ def test_json_object(loaded: tuple[Any, Any]) -> None:
     assert not grammar.accepts('{"a":  1}')  # compact: no padding
 
 
-@needs_xgrammar
 @pytest.mark.parametrize(("prompt", "mode", "names", "max_calls", "expected"), [
     # tool_choice "required" on a greeting the model would answer with text.
     (GREETING, "required", None, None, None),
@@ -171,7 +167,6 @@ def test_tool_calls(loaded: tuple[Any, Any], prompt: str, mode: Any, names: list
             assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 12
 
 
-@needs_xgrammar
 def test_tool_grammar_shapes(loaded: tuple[Any, Any]) -> None:
     _, tokenizer = loaded
     syntax = HermesToolParser.call_syntax
@@ -197,7 +192,6 @@ def test_tool_grammar_shapes(loaded: tuple[Any, Any]) -> None:
         structured.compile_tool_calls(tokenizer, tools, mode="required", names=["nope"], syntax=syntax)
 
 
-@needs_xgrammar
 def test_tool_call_token_is_one_added_token(loaded: tuple[Any, Any]) -> None:
     """`<tool_call>` is an added (non-special) token of the fixture: the grammar must allow that very token."""
     model, tokenizer = loaded
@@ -209,7 +203,6 @@ def test_tool_call_token_is_one_added_token(loaded: tuple[Any, Any]) -> None:
     assert matcher.accept_token(tool_call)
 
 
-@needs_xgrammar
 def test_cache_returns_the_same_object(loaded: tuple[Any, Any]) -> None:
     _, tokenizer = loaded
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
@@ -219,7 +212,6 @@ def test_cache_returns_the_same_object(loaded: tuple[Any, Any]) -> None:
     assert structured.compile_json_object(tokenizer) is structured.compile_json_object(tokenizer)
 
 
-@needs_xgrammar
 @pytest.mark.parametrize("keyword", ["not", "if", "uniqueItems", "contains", "dependentRequired", "allOf"])
 def test_unenforced_keyword_is_a_400(loaded: tuple[Any, Any], keyword: str) -> None:
     _, tokenizer = loaded
@@ -232,14 +224,12 @@ def test_unenforced_keyword_is_a_400(loaded: tuple[Any, Any], keyword: str) -> N
     assert info.value.status_code == 400 and info.value.message.endswith(f": {keyword}.")  # not the property `not`
 
 
-@needs_xgrammar
 def test_keyword_named_property_is_fine(loaded: tuple[Any, Any]) -> None:
     _, tokenizer = loaded
     schema = {"type": "object", "properties": {"not": {"type": "string"}, "if": {"type": "integer"}}}
     assert structured.compile_json_schema(tokenizer, schema).accepts('{"not": "x", "if": 1}')
 
 
-@needs_xgrammar
 def test_impossible_schema_is_a_400(loaded: tuple[Any, Any]) -> None:
     _, tokenizer = loaded
     with pytest.raises(InvalidRequestError):
@@ -291,7 +281,6 @@ SCHEMAS: list[tuple[str, dict[str, Any], st.SearchStrategy[Any]]] = [
 ]
 
 
-@needs_xgrammar
 @pytest.mark.parametrize(("name", "schema", "valid"), SCHEMAS, ids=[row[0] for row in SCHEMAS])
 def test_schema_table(loaded: tuple[Any, Any], name: str, schema: dict[str, Any],
                       valid: st.SearchStrategy[Any]) -> None:
@@ -319,7 +308,6 @@ def test_schema_table(loaded: tuple[Any, Any], name: str, schema: dict[str, Any]
 
 # ----- continuous batching: one router, grammars keyed by request id -----
 
-@needs_xgrammar
 def test_continuous_batching_router(loaded: tuple[Any, Any]) -> None:
     """8 concurrent requests, half constrained, through the host's real CB manager: each gets what it asked for."""
     from transformers import AutoModelForCausalLM
@@ -370,7 +358,6 @@ def test_continuous_batching_router(loaded: tuple[Any, Any]) -> None:
             assert text == "Hello! How can I help you today?"
 
 
-@needs_xgrammar
 def test_reasoning_block_before_the_constrained_part(loaded: tuple[Any, Any]) -> None:
     """A thinking model keeps its reasoning: the block is free text, the answer after it is constrained."""
     model, tokenizer = loaded
@@ -394,7 +381,6 @@ def test_reasoning_block_before_the_constrained_part(loaded: tuple[Any, Any]) ->
                          '\n</tool_call>')
 
 
-@needs_xgrammar
 def test_router_ends_a_request_that_broke_its_grammar(loaded: tuple[Any, Any]) -> None:
     """A token the grammar forbids must not kill the CB worker (and every request with it): that request ends."""
     from types import SimpleNamespace
