@@ -23,9 +23,9 @@ def test_refused_fields_at_their_neutral_value_pass() -> None:
     ({"max_output_tokens": 15}, "max_output_tokens"),
     ({"top_p": 1.5}, "top_p"),
     ({"top_logprobs": 21}, "top_logprobs"),
-    ({"include": ["message.output_text.logprobs"]}, "include[0]"),
-    ({"tool_choice": {"type": "function", "name": "f"}}, "tool_choice"),
-    ({"truncation": "auto"}, "truncation"),
+    ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
+    ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice.type"),
+    ({"max_tool_calls": 0}, "max_tool_calls"),
     ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
     ({"metadata": {"k": "v" * 513}}, "metadata.k"),
 ])

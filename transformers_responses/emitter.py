@@ -77,6 +77,8 @@ class Assembler:
         self._open: Json | None = None  # the item being written
         self._kind = ""
         self._parts: list[str] = []
+        self._logprobs: list[Json] = []  # of the open message
+        self._pending: list[Json] = []  # logprobs of tokens whose text has not been emitted yet
         self.calls = 0
 
     # -- lifecycle --
@@ -98,16 +100,23 @@ class Assembler:
 
     # -- parser events --
 
-    def apply(self, events: list[tuple[str, str]]) -> list[Json]:
+    def apply(self, events: list[tuple[str, str]], logprobs: list[Json] | None = None) -> list[Json]:
+        """Events for the parser's events; `logprobs` (of the tokens just decoded) ride on the next text delta."""
         out: list[Json] = []
+        if logprobs:
+            self._pending.extend(logprobs)
         for kind, value in events:
             if kind == "text":
                 if self._kind != "message":
                     self._close(out)
                     self._open_message(out)
                 self._parts.append(value)
-                out.append(ev.output_text_delta(self._open["id"], self.index, value))  # type: ignore[index]
-            elif kind == "reasoning":
+                attached, self._pending = self._pending, []
+                self._logprobs.extend(attached)
+                out.append(ev.output_text_delta(self._open["id"], self.index, value, attached))  # type: ignore[index]
+                continue
+            self._pending = []  # tokens that became reasoning or a call have no output_text logprobs
+            if kind == "reasoning":
                 if self._kind != "reasoning":
                     self._close(out)
                     self._open_reasoning(out)
@@ -176,10 +185,11 @@ class Assembler:
             return
         item_id, index, text = self._open["id"], self.index, "".join(self._parts)
         if self._kind == "message":
-            part = ev.output_text_part(text)
-            out.append(ev.output_text_done(item_id, index, text))
+            logprobs, self._logprobs = self._logprobs, []
+            part = ev.output_text_part(text, logprobs)
+            out.append(ev.output_text_done(item_id, index, text, logprobs))
             out.append(ev.content_part_done(item_id, index, 0, part))
-            item = ev.message_item(item_id, text, status)
+            item = ev.message_item(item_id, text, status, logprobs)
         elif self._kind == "reasoning":
             out.append(ev.reasoning_text_done(item_id, index, text))
             item = ev.reasoning_item(item_id, text, status)

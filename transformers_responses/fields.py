@@ -35,6 +35,7 @@ FIELD_POLICY: dict[str, str] = {
     "generation_config": IMPLEMENTED,
     "seed": IMPLEMENTED,
     "chat_template_kwargs": IMPLEMENTED,
+    "max_tool_calls": IMPLEMENTED,
     "store": IMPLEMENTED,
     "previous_response_id": IMPLEMENTED,
     "conversation": IMPLEMENTED,
@@ -48,7 +49,6 @@ FIELD_POLICY: dict[str, str] = {
     "service_tier": ECHOED,
     "access_programs": ECHOED,
     "background_options": REFUSED,
-    "max_tool_calls": REFUSED,
     "prompt": REFUSED,
     "context_management": REFUSED,
     "image": REFUSED,
@@ -56,6 +56,7 @@ FIELD_POLICY: dict[str, str] = {
 }
 
 # `include` values that name output this server never produces (hosted tools): vacuously honoured.
+_INCLUDE_HONOURED = {"message.output_text.logprobs"}
 _INCLUDE_VACUOUS = {
     "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
     "message.input_image.image_url", "computer_call_output.output.image_url", "code_interpreter_call.outputs",
@@ -82,28 +83,25 @@ def check_supported(body: dict[str, Any]) -> None:
     _range(body, "temperature", 0.0, 2.0)
     _range(body, "top_p", 0.0, 1.0)
     _range(body, "top_logprobs", 0, 20)
-    if body.get("top_logprobs"):
-        raise _refuse("top_logprobs", "(log probabilities) " + _NOT_YET)
+    if body.get("max_tool_calls") is not None and body["max_tool_calls"] < 1:
+        raise InvalidRequestError("Invalid 'max_tool_calls': expected a value >= 1.", param="max_tool_calls",
+                                  code="integer_below_min_value")
     check_include(body.get("include"))
     for i, tool in enumerate(body.get("tools") or []):
         if tool.get("type") != "function":
             raise UnsupportedError(f"Tools of type {tool.get('type')!r} {_NOT_YET}; only function tools are.",
                                    param=f"tools[{i}].type")
     choice = body.get("tool_choice")
-    if choice not in (None, "auto", "none"):
-        raise _refuse("tool_choice", f"value {choice!r} {_NOT_YET} (only 'auto' and 'none')")
-    fmt = (body.get("text") or {}).get("format") or {}
-    if fmt and fmt.get("type") != "text":
-        raise _refuse("text.format", f"type {fmt.get('type')!r} (structured output) {_NOT_YET}")
-    if body.get("truncation") == "auto":
-        raise _refuse("truncation", "value 'auto' " + _NOT_YET)
+    if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
+        raise UnsupportedError(f"`tool_choice` of type {choice.get('type')!r} names a tool this server does not run; "
+                               "use 'auto', 'none', 'required', a function or allowed_tools.", param="tool_choice.type")
     check_metadata(body.get("metadata"))
 
 
 def check_include(values: list[str] | None, param: str = "include") -> None:
     """`include` values we can honour: those naming output this server never produces (nothing to add)."""
     for i, item in enumerate(values or []):
-        if item not in _INCLUDE_VACUOUS:
+        if item not in _INCLUDE_VACUOUS and item not in _INCLUDE_HONOURED:
             raise _refuse(f"{param}[{i}]", f"value {item!r} {_NOT_YET}")
 
 

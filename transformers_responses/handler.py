@@ -10,6 +10,7 @@ event assembly (`emitter`, `events`). Errors before the first event are HTTP err
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -20,10 +21,11 @@ from transformers.cli.serving.utils import BaseHandler, Modality
 
 from . import events as ev
 from . import generation, tool_parsers
+from .controls import Controls, needs_processors, plan
 from .emitter import Assembler, echo_tools, initial_response
 from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
 from .fields import check_supported
-from .items import stored_items
+from .items import drop_oldest, stored_items
 from .normalizer import input_items, to_chat_messages, to_template_tools
 from .state import Context, State
 from .validation import validate_create_request
@@ -50,6 +52,7 @@ class Prepared:
     parser: tool_parsers.ToolParser
     snapshot: dict[str, Any]
     context: Context
+    controls: Controls
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     generation: generation.Generation | None = None
 
@@ -58,6 +61,11 @@ class Prepared:
         self.stop.set()
         if self.generation is not None:
             self.generation.interrupt()
+
+
+def _length(inputs: Any) -> int:
+    ids = inputs["input_ids"]
+    return len(ids) if isinstance(ids, list) else int(ids.shape[-1])
 
 
 class ResponsesHandler(BaseHandler):
@@ -83,7 +91,14 @@ class ResponsesHandler(BaseHandler):
         tokenizer = getattr(processor, "tokenizer", processor)
         modality = self.model_manager.get_model_modality(model, processor=processor)
         use_cb = self.generation_state.use_continuous_batching(model, modality)
+        if use_cb and needs_processors(body):
+            # The host's CB builds its logits processors once for all requests; ours are per request.
+            logger.info("response with decoding controls (structured output, tool_choice, logprobs): generated on "
+                        "the sequential path, not continuous batching")
+            use_cb = False
         template_tools, inputs = self._render_context(body, context, processor, model, modality, use_cb)
+        if body.get("truncation") == "auto":
+            inputs = self._truncate(body, context, processor, model, modality, use_cb, inputs)
         # CB takes a flat list of ids, the sequential path a [1, N] tensor.
         input_ids = inputs["input_ids"]
         prompt_ids = input_ids if isinstance(input_ids, list) else input_ids[0].tolist()
@@ -93,10 +108,15 @@ class ResponsesHandler(BaseHandler):
             gen_config = self._build_generation_config(body, model.generation_config, use_cb=use_cb)
         except (json.JSONDecodeError, TypeError, ValueError) as exc:
             raise InvalidRequestError(f"Invalid 'generation_config': {exc}", param="generation_config") from None
+        if (body.get("temperature") or 0) > 0 or (body.get("top_p") is not None and body["top_p"] < 1):
+            # OpenAI semantics: a temperature above 0 samples, even for a model whose default is greedy.
+            gen_config.do_sample = True
         self._fit_context(body, model, gen_config, input_tokens)
 
         parser_cls, parser_kwargs = tool_parsers.select(self.tool_call_parser, tokenizer, model.config.model_type)
         parser = parser_cls(template_tools, prompt_tail=tokenizer.decode(prompt_ids), **parser_kwargs)
+        controls = plan(body, parser=parser, tokenizer=tokenizer, model=model)
+        controls.attach(inputs, tokenizer, gen_config.eos_token_id)
 
         gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
         if use_cb:
@@ -107,7 +127,7 @@ class ResponsesHandler(BaseHandler):
         if context.conversation_id:
             snapshot["conversation"] = {"id": context.conversation_id}
         return Prepared(body, response_id, model_id, model, processor, tokenizer, inputs, input_tokens, gen_config,
-                        gen_manager, parser, snapshot, context)
+                        gen_manager, parser, snapshot, context, controls)
 
     async def count_input_tokens(self, body: dict[str, Any]) -> int:
         """`POST /v1/responses/input_tokens`: the prompt this request would render, tools included, in tokens."""
@@ -167,6 +187,21 @@ class ResponsesHandler(BaseHandler):
             inputs = inputs.to(model.device)
         return inputs
 
+    def _truncate(self, body: dict[str, Any], context: Context, processor: Any, model: Any, modality: Any,
+                  use_cb: bool, inputs: Any) -> Any:
+        """`truncation: auto`: drop the oldest items (see `items.drop_oldest`) until input and output fit. The
+        stored request keeps every item; only what the model sees is cut."""
+        limit = getattr(model.config, "max_position_embeddings", None)
+        room = body.get("max_output_tokens") or 1
+        view = dataclasses.replace(context)
+        while limit and _length(inputs) + room > limit:
+            kept = drop_oldest([*view.history, *view.input], len(view.history))
+            if kept is None:  # nothing more may go: the context-length error that follows says so
+                break
+            view.history, view.input = kept
+            _, inputs = self._render_context(body, view, processor, model, modality, use_cb)
+        return inputs
+
     @staticmethod
     def _fit_context(body: dict[str, Any], model: Any, gen_config: Any, input_tokens: int) -> None:
         limit = getattr(model.config, "max_position_embeddings", None)
@@ -189,7 +224,7 @@ class ResponsesHandler(BaseHandler):
         assembler = Assembler(prep.snapshot)
         for event in assembler.start(queued=bool(prep.body.get("background"))):
             yield event
-        parallel = prep.body.get("parallel_tool_calls", True) is not False
+        max_calls = prep.controls.max_calls
         gen = generation.start(prep.gen_manager, prep.model, prep.processor, prep.inputs, prep.gen_config,
                                prep.response_id, prep.tokenizer)
         prep.generation = gen
@@ -202,10 +237,10 @@ class ResponsesHandler(BaseHandler):
                 parsed = parser.feed(chunk)
                 if parser.in_reasoning or any(k == "reasoning_end" for k, _ in parsed):
                     reasoning_tokens += 1
-                for event in assembler.apply(parsed):
+                for event in assembler.apply(parsed, prep.controls.drain_logprobs()):
                     yield event
-                if not parallel and assembler.calls >= 1 and not assembler.in_call:
-                    gen.cancel()  # parallel_tool_calls=false: one call, then the turn is over
+                if max_calls is not None and assembler.calls >= max_calls and not assembler.in_call:
+                    gen.cancel()  # parallel_tool_calls=false / max_tool_calls: the turn is over
                     gen.saw_stop = True
                     break
             if prep.stop.is_set():  # cancelled: keep what was written, closed as incomplete

@@ -43,3 +43,22 @@ def _full_part(part: Json) -> Json:
 
 def stored_items(items: list[Json]) -> list[Json]:
     return [stored_item(i) for i in items]
+
+
+def drop_oldest(items: list[Json], history: int) -> tuple[list[Json], list[Json]] | None:
+    """`truncation: auto`, one step: `items` (the first `history` of them stored context) without the oldest item that
+    may go, split back into (history, input); None when none may. Never dropped: system/developer messages and the
+    last user message with everything after it. A call goes with its outputs, an output with its call."""
+    last_user = max((i for i, it in enumerate(items) if _is_role(it, "user")), default=len(items))
+    victim = next((i for i in range(last_user) if not _is_role(items[i], "system", "developer")), None)
+    if victim is None:
+        return None
+    call_id = items[victim].get("call_id")
+    gone = {victim} | ({i for i in range(last_user) if items[i].get("call_id") == call_id} if call_id else set())
+    kept_history = [it for i, it in enumerate(items[:history]) if i not in gone]
+    kept_input = [it for i, it in enumerate(items) if i >= history and i not in gone]
+    return kept_history, kept_input
+
+
+def _is_role(item: Json, *roles: str) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") in roles
