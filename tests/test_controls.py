@@ -5,6 +5,7 @@ sequential path and under continuous batching (where constrained requests take t
 from __future__ import annotations
 
 import json
+import time
 from typing import Literal
 
 import jsonschema
@@ -177,3 +178,15 @@ def test_which_requests_need_processors() -> None:
     assert needs_processors({"text": {"format": {"type": "json_object"}}})
     assert wants_logprobs({"include": ["message.output_text.logprobs"]}) == 0
     assert wants_logprobs({"top_logprobs": 2}) == 2 and wants_logprobs({}) is None
+
+
+def test_constrained_requests_stay_on_continuous_batching(cb_server: Server) -> None:
+    c = cb_server.client()
+    fallbacks = cb_server.log.read_text().count("on the sequential path")
+    r = c.responses.create(model=cb_server.model, input="Hi", text={"format": {
+        "type": "json_schema", "name": "mood", "schema": SCHEMA, "strict": True}})
+    jsonschema.validate(json.loads(r.output_text), SCHEMA)
+    assert cb_server.log.read_text().count("on the sequential path") == fallbacks  # the grammar router took it
+    c.responses.create(model=cb_server.model, input="Hi", include=["message.output_text.logprobs"])
+    time.sleep(0.2)
+    assert cb_server.log.read_text().count("on the sequential path") == fallbacks + 1  # logprobs: sequential, said

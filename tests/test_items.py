@@ -23,3 +23,21 @@ def test_given_ids_and_fields_are_kept() -> None:
 def test_reasoning_items_get_no_invented_status() -> None:
     item = stored_item({"type": "reasoning", "id": "rs_1", "summary": []})
     assert "status" not in item and item["id"] == "rs_1"
+
+
+def test_drop_oldest_keeps_system_and_the_last_user_turn() -> None:
+    from transformers_responses.items import drop_oldest
+
+    system = {"role": "system", "content": "s"}
+    old = {"role": "user", "content": "old"}
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    out = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    answer = {"role": "assistant", "content": "a"}
+    last = {"role": "user", "content": "last"}
+    history, rest = drop_oldest([system, old, call, out, answer, last], history=2)  # type: ignore[misc]
+    assert history == [system] and rest == [call, out, answer, last]
+    history, rest = drop_oldest([*history, *rest], history=1)  # type: ignore[misc]
+    assert rest == [answer, last]  # the call went with its output
+    history, rest = drop_oldest([*history, *rest], history=1)  # type: ignore[misc]
+    assert [*history, *rest] == [system, last]
+    assert drop_oldest([system, last], history=0) is None

@@ -4,7 +4,8 @@
 `include: ["message.output_text.logprobs"]` / `top_logprobs` and returns a `Controls`: the grammar to enforce (built by
 `structured`, in the model family's own call syntax so that the tool parser reads back what the grammar forced), the
 tokens to forbid, the logprobs recorder, and the call cap the handler applies. `Controls.attach` hands the processors
-to the host's sequential `generate()` through the `inputs` mapping, which the host passes to `generate()` as they are.
+to the host's sequential `generate()` through the `inputs` mapping, which the host passes to `generate()` as they are;
+under continuous batching `Controls.route` registers the grammar with the CB's router (`structured_cb`) instead.
 
 The table of what maps to what:
 
@@ -43,6 +44,7 @@ class Controls:
     logprobs: int | None = None  # top_logprobs when logprobs are returned, else None
     max_calls: int | None = None  # the handler ends the turn after this many complete calls
     recorder: Any = None  # logprobs.LogprobsRecorder, once attached
+    release: Any = None  # forgets the grammar in the CB router, once routed
 
     @property
     def needs_sequential(self) -> bool:
@@ -71,6 +73,17 @@ class Controls:
             inputs["stopping_criteria"] = StoppingCriteriaList([self.recorder.chosen])
         inputs["logits_processor"] = LogitsProcessorList(processors)
 
+    def route(self, router: Any, request_id: str, eos_token_id: Any) -> None:
+        """Under continuous batching: the CB's grammar router constrains this request (by its id)."""
+        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+        router.register(request_id, self.grammar, eos)
+        self.release = lambda: router.release(request_id)
+
+    def done(self) -> None:
+        if self.release is not None:
+            self.release()
+            self.release = None
+
     def drain_logprobs(self) -> list[Json]:
         return self.recorder.drain() if self.recorder is not None else []
 
@@ -93,6 +106,13 @@ def needs_processors(body: Json) -> bool:
     fmt = ((body.get("text") or {}).get("format") or {}).get("type", "text")
     return (wants_logprobs(body) is not None or fmt != "text"
             or (bool(tools) and (choice != "auto" or any(t.get("strict") for t in tools))))
+
+
+def cb_can_constrain(body: Json) -> bool:
+    """Whether continuous batching (with the grammar router) can apply all of a request's controls: grammars yes;
+    logprobs and forbidden tokens (`tool_choice: none`) are recorded/applied on the sequential path only."""
+    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    return wants_logprobs(body) is None and not (tools and body.get("tool_choice") == "none")
 
 
 def wants_logprobs(body: Json) -> int | None:

@@ -20,8 +20,8 @@ from typing import Any
 from transformers.cli.serving.utils import BaseHandler, Modality
 
 from . import events as ev
-from . import generation, tool_parsers
-from .controls import Controls, needs_processors, plan
+from . import generation, seam, tool_parsers
+from .controls import Controls, cb_can_constrain, needs_processors, plan
 from .emitter import Assembler, echo_tools, initial_response
 from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
 from .fields import check_supported
@@ -76,6 +76,7 @@ class ResponsesHandler(BaseHandler):
         super().__init__(model_manager, generation_state, chat_template_kwargs=chat_template_kwargs)
         self.tool_call_parser = tool_call_parser
         self.state = state
+        self._routers: dict[int, Any] = {}  # grammar router of each CB manager, by the manager's id
 
     # ---- preparation ----
 
@@ -91,11 +92,14 @@ class ResponsesHandler(BaseHandler):
         tokenizer = getattr(processor, "tokenizer", processor)
         modality = self.model_manager.get_model_modality(model, processor=processor)
         use_cb = self.generation_state.use_continuous_batching(model, modality)
+        router = None
         if use_cb and needs_processors(body):
-            # The host's CB builds its logits processors once for all requests; ours are per request.
-            logger.info("response with decoding controls (structured output, tool_choice, logprobs): generated on "
-                        "the sequential path, not continuous batching")
-            use_cb = False
+            router = self._cb_router(model_id, model, body)
+            if router is None or not cb_can_constrain(body):
+                # Logprobs and forbidden tokens are sequential-only; grammars need the router on the CB.
+                logger.info("response with decoding controls that continuous batching cannot apply here: generated "
+                            "on the sequential path")
+                use_cb, router = False, None
         template_tools, inputs = self._render_context(body, context, processor, model, modality, use_cb)
         if body.get("truncation") == "auto":
             inputs = self._truncate(body, context, processor, model, modality, use_cb, inputs)
@@ -116,18 +120,50 @@ class ResponsesHandler(BaseHandler):
         parser_cls, parser_kwargs = tool_parsers.select(self.tool_call_parser, tokenizer, model.config.model_type)
         parser = parser_cls(template_tools, prompt_tail=tokenizer.decode(prompt_ids), **parser_kwargs)
         controls = plan(body, parser=parser, tokenizer=tokenizer, model=model)
-        controls.attach(inputs, tokenizer, gen_config.eos_token_id)
-
+        response_id = ev.new_id("resp")
         gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
         if use_cb:
-            gen_manager.init_cb(model, gen_config)
-        response_id = ev.new_id("resp")
+            self._start_cb(gen_manager, model, gen_config)
+            if controls.grammar is not None and router is not None:
+                controls.route(router, response_id, gen_config.eos_token_id)
+        else:
+            controls.attach(inputs, tokenizer, gen_config.eos_token_id)
         snapshot = initial_response(body, response_id=response_id, model=body["model"], created_at=ev.now(),
                                     tools=echo_tools(body.get("tools")))
         if context.conversation_id:
             snapshot["conversation"] = {"id": context.conversation_id}
         return Prepared(body, response_id, model_id, model, processor, tokenizer, inputs, input_tokens, gen_config,
                         gen_manager, parser, snapshot, context, controls)
+
+    def _start_cb(self, gen_manager: Any, model: Any, gen_config: Any) -> None:
+        """The host's CB start, with our grammar router joining its logits processors when it can."""
+        def attach(cb: Any) -> None:
+            from . import structured
+
+            if not structured.available():
+                return
+            from .structured_cb import CBGrammarRouter
+
+            why = CBGrammarRouter.can_attach(cb)
+            if why is not None:
+                logger.info("constrained decoding on continuous batching is off (%s): constrained requests take the "
+                            "sequential path", why)
+                return
+            router = CBGrammarRouter(structured.model_vocab_size(model))
+            router.attach(cb)
+            self._routers[id(gen_manager)] = router
+
+        seam.start_cb(gen_manager, model, gen_config, attach)
+
+    def _cb_router(self, model_id: str, model: Any, body: dict[str, Any]) -> Any:
+        """The grammar router of the model's CB manager (starting the CB if this is its first request), or None."""
+        gen_manager = self.generation_state.get_manager(model_id, use_cb=True)
+        try:
+            gen_config = self._build_generation_config(body, model.generation_config, use_cb=True)
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"Invalid 'generation_config': {exc}", param="generation_config") from None
+        self._start_cb(gen_manager, model, gen_config)
+        return self._routers.get(id(gen_manager))
 
     async def count_input_tokens(self, body: dict[str, Any]) -> int:
         """`POST /v1/responses/input_tokens`: the prompt this request would render, tools included, in tokens."""
@@ -225,8 +261,12 @@ class ResponsesHandler(BaseHandler):
         for event in assembler.start(queued=bool(prep.body.get("background"))):
             yield event
         max_calls = prep.controls.max_calls
-        gen = generation.start(prep.gen_manager, prep.model, prep.processor, prep.inputs, prep.gen_config,
-                               prep.response_id, prep.tokenizer)
+        try:
+            gen = generation.start(prep.gen_manager, prep.model, prep.processor, prep.inputs, prep.gen_config,
+                                   prep.response_id, prep.tokenizer)
+        except BaseException:
+            prep.controls.done()
+            raise
         prep.generation = gen
         if prep.stop.is_set():
             gen.interrupt()
@@ -275,6 +315,8 @@ class ResponsesHandler(BaseHandler):
             gen.cancel()
             for event in self._failed(assembler, gen, prep, exc, reasoning_tokens):
                 yield event
+        finally:
+            prep.controls.done()
 
     @staticmethod
     def _failed(assembler: Assembler, gen: generation.Generation, prep: Prepared, exc: BaseException,

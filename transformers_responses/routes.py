@@ -38,6 +38,7 @@ def mount(app: Any, *, model_manager: Any, generation_state: Any, chat_template_
     from .store import DEFAULT_TTL, open_store
     from .validation import request_schema
 
+    _log_to_stderr()
     request_schema()  # resolve the openai type hints now, not on the first request
     ttl = options["responses_ttl"] if "responses_ttl" in options else DEFAULT_TTL  # None: kept forever
     store = open_store(options.get("responses_store") or None, ttl=ttl)
@@ -51,6 +52,16 @@ def mount(app: Any, *, model_manager: Any, generation_state: Any, chat_template_
     app.include_router(build_conversations_router(state))
     logger.info("transformers-responses: serving the Responses API on /v1/responses (store: %s)",
                 store.url.split("@")[-1])
+
+
+def _log_to_stderr() -> None:
+    """Our INFO lines (store, fallbacks to the sequential path, recovery) in the server's output, like uvicorn's."""
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def error_response(exc: BaseException) -> Any:

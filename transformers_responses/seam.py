@@ -8,7 +8,9 @@ What we rely on (checked by `check_host`, and by `tests/test_seam.py`, which fai
 * the host's app routes `POST /v1/responses`, which we remove;
 * `transformers.cli.serving.utils` provides `BaseHandler` (`_resolve_model`, `_build_generation_config`),
   `GenerationState.get_manager/use_continuous_batching`, managers whose `generate_streaming(…, response_parser=…)`
-  feed every decoded chunk (special tokens kept) to the parser, and the `_StreamError` sentinel.
+  feed every decoded chunk (special tokens kept) to the parser, and the `_StreamError` sentinel;
+* `CBGenerateManager.init_cb` is "create `_cb` with `model.init_continuous_batching(…, _cb_config)`, then start it":
+  `start_cb` does the same with a hook in between (where the grammar router joins the CB's logits processors).
 
 Only `--enable-responses` activates the patch: without it `Serve` runs untouched. With it, `build_server` is wrapped
 for the duration of that `Serve` call so that, once the host app is built, every plugin of entry-point group
@@ -58,6 +60,9 @@ def check_host() -> None:
                 problems.append(f"{cls.__name__}.{attr} is missing")
     if "response_parser" not in inspect.signature(utils.BaseGenerateManager.generate_streaming).parameters:
         problems.append("generate_streaming() takes no response_parser")
+    init_cb = inspect.getsource(utils.CBGenerateManager.init_cb)
+    if "init_continuous_batching" not in init_cb or "_cb_config" not in init_cb or ".start()" not in init_cb:
+        problems.append("CBGenerateManager.init_cb no longer creates then starts `_cb`")
     if not hasattr(utils, "_StreamError"):
         problems.append("transformers.cli.serving.utils._StreamError is missing")
     if "build_server" not in inspect.getsource(serve_module.Serve.__init__):
@@ -70,6 +75,16 @@ def check_host() -> None:
     if host_version() not in TESTED_HOST:
         logger.warning("transformers %s was not tested with transformers-responses; the seam checks passed.",
                        ".".join(map(str, host_version())))
+
+
+def start_cb(manager: Any, model: Any, gen_config: Any, before_start: Callable[[Any], None]) -> None:
+    """The host's `CBGenerateManager.init_cb`, with `before_start(cb)` run between creating the CB and starting it."""
+    if manager._cb is not None:
+        return
+    manager._cb = model.init_continuous_batching(generation_config=gen_config,
+                                                 continuous_batching_config=manager._cb_config)
+    before_start(manager._cb)
+    manager._cb.start()
 
 
 def stream_error_type() -> type:
