@@ -86,3 +86,34 @@ def test_snapshot_has_every_response_field() -> None:
     snap = initial_response(BODY, response_id="resp_1", model="m", created_at=1, tools=[])
     assert set(Response.model_fields) <= set(snap)
     Response.model_validate(snap)
+
+
+def test_background_start_and_cancelled_finish() -> None:
+    snap = initial_response({**BODY, "background": True}, response_id="resp_1", model="m", created_at=1,
+                            tools=echo_tools(BODY["tools"]))
+    asm = Assembler(snap)
+    start = asm.start(queued=True)
+    assert [e["type"] for e in start] == ["response.created", "response.queued", "response.in_progress"]
+    assert [e["response"]["status"] for e in start] == ["queued", "queued", "in_progress"]
+    for event in start:
+        STREAM_EVENT.validate_python({**event, "sequence_number": 0})
+    asm.apply([("text", "Hel")])
+    end = asm.finish("cancelled", ev.usage(3, 1, 0))
+    assert end[-1]["type"] == "response.cancelled"
+    final = Response.model_validate(end[-1]["response"])  # no stream type exists for it; the snapshot validates
+    assert final.status == "cancelled" and final.output[0].status == "incomplete" and final.background is True
+
+
+def test_logprobs_ride_on_the_next_text_delta_and_the_part() -> None:
+    snap = initial_response(BODY, response_id="resp_1", model="m", created_at=1, tools=[])
+    asm = Assembler(snap)
+    lp = [{"token": "Hel", "logprob": -0.1, "bytes": [72, 101, 108], "top_logprobs": []}]
+    held = asm.apply([], lp)  # the parser held the text back: nothing to carry it yet
+    deltas = asm.apply([("text", "Hel")]) + asm.apply([("text", "lo")], [{**lp[0], "token": "lo"}])
+    assert held == [] and [d["logprobs"] for d in deltas if d["type"].endswith("delta")] == [lp, [{**lp[0], "token": "lo"}]]
+    closing = asm.apply([("reasoning", "x")], [{**lp[0], "token": "x"}])  # reasoning tokens carry none
+    text_done = next(e for e in closing if e["type"] == "response.output_text.done")
+    assert [x["token"] for x in text_done["logprobs"]] == ["Hel", "lo"]
+    assert [x["token"] for x in asm.output[0]["content"][0]["logprobs"]] == ["Hel", "lo"]
+    reasoning_done = asm.finish("completed", ev.usage(1, 3, 1))
+    assert all("logprobs" not in e for e in reasoning_done if e["type"].startswith("response.reasoning"))

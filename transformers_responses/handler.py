@@ -2,9 +2,12 @@
 
 `ResponsesHandler` subclasses the host's `BaseHandler`, so models resolve through the host's `ModelManager` and
 generation runs on the host's managers (sequential or continuous batching). Its own steps, each owned by a module:
-validation (`validation`, `fields`), input normalization (`normalizer`), the family tool parser (`tool_parsers`),
-event assembly (`emitter`, `events`). Errors before the first event are HTTP errors; after it, an `error` event and
-`response.failed`; either way from `errors`.
+validation (`validation`, `fields`), the conversation state before this input (`state`: `previous_response_id`,
+`conversation`, `item_reference`), input normalization (`normalizer`; `items.drop_oldest` for `truncation: auto`),
+the family tool parser (`tool_parsers`), decoding controls (`controls`: grammars, logprobs, call caps), event
+assembly (`emitter`, `events`). Errors before the first event are HTTP errors; after it, an `error` event and
+`response.failed`; either way from `errors`. Persisting the response around its events is `state.State.recorded`'s
+(foreground) or `background.Runner`'s (background) business, not the handler's.
 """
 
 from __future__ import annotations

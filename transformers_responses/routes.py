@@ -138,7 +138,11 @@ def build_router(handler: Any, runner: Any) -> Any:
             if body.get("background"):
                 snapshot = {**prep.snapshot, "status": "queued"}
                 record = state.record_for(prep.body, snapshot, prep.context)
-                await state.begin(record)
+                try:
+                    await state.begin(record)
+                except BaseException:
+                    prep.controls.done()  # it will never run: free its grammar slot
+                    raise
                 runner.launch(record, handler.run(prep), prep.request_stop)
                 if body.get("stream"):
                     return sse(replay(store, record.id, -1))
