@@ -83,12 +83,14 @@ class ResponsesHandler(BaseHandler):
 
     # ---- preparation ----
 
-    async def prepare(self, body: Any) -> Prepared:
+    async def prepare(self, body: Any, *, state: State | None = None) -> Prepared:
+        """Everything before the first event; `state` overrides the server's (a WebSocket connection's own)."""
         validate_create_request(body)
         check_supported(body)
         body = dict(body)
-        if self.state is not None:
-            context = await self.state.resolve(body)
+        state = state or self.state
+        if state is not None:
+            context = await state.resolve(body)
         else:
             context = Context(input=stored_items(input_items(body)))
         model_id, model, processor = await self._load(body)

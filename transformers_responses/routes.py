@@ -37,6 +37,7 @@ def mount(app: Any, *, model_manager: Any, generation_state: Any, chat_template_
     from .state import State
     from .store import DEFAULT_TTL, open_store
     from .validation import request_schema
+    from .websocket import build_websocket_router
 
     _log_to_stderr()
     request_schema()  # resolve the openai type hints now, not on the first request
@@ -50,6 +51,7 @@ def mount(app: Any, *, model_manager: Any, generation_state: Any, chat_template_
     remove_route(app, "/v1/responses", "POST")
     app.include_router(build_router(handler, runner))
     app.include_router(build_conversations_router(state))
+    app.include_router(build_websocket_router(handler, runner))
     logger.info("transformers-responses: serving the Responses API on /v1/responses (store: %s)",
                 store.url.split("@")[-1])
 
