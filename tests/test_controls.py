@@ -190,3 +190,28 @@ def test_constrained_requests_stay_on_continuous_batching(cb_server: Server) -> 
     c.responses.create(model=cb_server.model, input="Hi", include=["message.output_text.logprobs"])
     time.sleep(0.2)
     assert cb_server.log.read_text().count("on the sequential path") == fallbacks + 1  # logprobs: sequential, said
+
+
+def test_tools_as_langchain_and_the_vercel_ai_sdk_send_them(server: Server) -> None:
+    """No `strict` (nor `parameters` sometimes), a `$schema` key: accepted; a forced call still follows the schema."""
+    c = server.client()
+    loose = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city.",
+             "parameters": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                            "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"],
+                            "additionalProperties": False}}
+    unstrict = {k: v for k, v in WEATHER_TOOL.items() if k != "strict"}  # the prompt the fixture model was taught
+    r = c.responses.create(model=server.model, input="What is the weather in Paris?", tools=[unstrict])  # type: ignore[list-item]
+    assert calls(r) == [("get_weather", {"city": "Paris"})] and r.tools[0].strict is None
+    forced = c.responses.create(model=server.model, input="Hi", tools=[loose],  # type: ignore[list-item]
+                                tool_choice={"type": "function", "name": "get_weather"}, parallel_tool_calls=False)
+    assert [name for name, _ in calls(forced)] == ["get_weather"]
+    jsonschema.validate(calls(forced)[0][1], loose["parameters"])
+    bare = c.responses.create(model=server.model, input="Hi", tools=[{"type": "function", "name": "ping"}])  # type: ignore[list-item]
+    assert bare.status == "completed"
+
+
+def test_without_max_output_tokens_the_context_is_the_limit(server: Server) -> None:
+    r = server.client().responses.create(model=server.model, input="Hi", text={"format": {"type": "json_object"}},
+                                         extra_body={"client_metadata": {"session_id": "s1"}})
+    # The model writes one string forever under this grammar: it stops where the context ends, not at 1024.
+    assert r.status == "incomplete" and r.usage.input_tokens + r.usage.output_tokens == 2048

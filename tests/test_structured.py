@@ -187,7 +187,13 @@ def test_tool_grammar_shapes(loaded: tuple[Any, Any]) -> None:
     assert auto.accepts("Hello!") and auto.accepts("Let me see." + utc) and not auto.accepts(paris)
     loose = [{"type": "function", "function": {**TIME_TOOL["function"], "strict": False}}]
     forced = structured.compile_tool_calls(tokenizer, loose, mode="required", names=["get_time"], syntax=syntax)
-    assert forced.accepts(call("get_time", '{"anything": [1, 2]}')) and not forced.accepts(call("get_time", "[1]"))
+    # Not strict: the schema still shapes the arguments, undeclared keys allowed.
+    assert forced.accepts(call("get_time", '{"zone": "UTC", "extra": [1, 2]}'))
+    assert not forced.accepts(call("get_time", '{"anything": [1, 2]}')) and not forced.accepts(call("get_time", "[1]"))
+    free = [{"type": "function", "function": {**TIME_TOOL["function"], "strict": False,
+                                              "parameters": {"type": "object", "not": {"required": ["x"]}}}}]
+    anything = structured.compile_tool_calls(tokenizer, free, mode="required", names=["get_time"], syntax=syntax)
+    assert anything.accepts(call("get_time", '{"anything": [1, 2]}'))  # unenforceable schema: any JSON object
     with pytest.raises(InvalidRequestError, match="nope"):
         structured.compile_tool_calls(tokenizer, tools, mode="required", names=["nope"], syntax=syntax)
 

@@ -14,6 +14,7 @@ from .errors import InvalidRequestError, UnsupportedError
 IMPLEMENTED = "implemented"
 ECHOED = "echoed"
 REFUSED = "refused"
+ACCEPTED = "accepted"
 
 FIELD_POLICY: dict[str, str] = {
     "model": IMPLEMENTED,
@@ -48,6 +49,7 @@ FIELD_POLICY: dict[str, str] = {
     "prompt_cache_options": ECHOED,
     "service_tier": ECHOED,
     "access_programs": ECHOED,
+    "client_metadata": ACCEPTED,
     "background_options": REFUSED,
     "prompt": REFUSED,
     "context_management": REFUSED,

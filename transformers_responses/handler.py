@@ -66,6 +66,14 @@ class Prepared:
             self.generation.interrupt()
 
 
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _length(inputs: Any) -> int:
     ids = inputs["input_ids"]
     return len(ids) if isinstance(ids, list) else int(ids.shape[-1])
@@ -251,6 +259,9 @@ class ResponsesHandler(BaseHandler):
             gen_config.max_new_tokens = int(requested)
         if not limit:
             return
+        if requested is None and "max_new_tokens" not in _json_object(body.get("generation_config")):
+            # Without `max_output_tokens` the answer may use what the context leaves (not the host's default cap).
+            gen_config.max_new_tokens = limit - input_tokens
         if input_tokens + (requested or 1) > limit:
             raise InvalidRequestError(
                 f"This model's maximum context length is {limit} tokens. However, your request has {input_tokens} "

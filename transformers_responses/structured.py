@@ -272,7 +272,8 @@ def tool_calls_format(tools: Iterable[dict[str, Any]], *, mode: Literal["auto", 
     `mode="required"`: one to `max_calls` calls (unbounded if None) of the functions in `names` (default all), and
     nothing else, then the end of the turn. `mode="auto"`: free text, in which calls of those functions may appear
     after `syntax.trigger` (at most one if `max_calls == 1`; a larger cap is left to the handler, the structural tag
-    cannot count). Arguments follow the tool's `parameters` schema for strict tools, else any JSON object.
+    cannot count). Arguments follow the tool's `parameters` schema: closed (no undeclared keys) for strict tools, as
+    given for the others (any JSON object when the schema has keywords we cannot enforce).
     """
     by_name = {_function(t)["name"]: _function(t) for t in tools if t.get("type", "function") == "function"}
     wanted = list(names) if names is not None else list(by_name)
@@ -288,10 +289,19 @@ def tool_calls_format(tools: Iterable[dict[str, Any]], *, mode: Literal["auto", 
     for name in wanted:
         function = by_name[name]
         schema: dict[str, Any] | bool = {"type": "object"}
-        if function.get("strict") and isinstance(function.get("parameters"), dict):
-            check_schema(function["parameters"], param="tools.parameters")
+        parameters = function.get("parameters")
+        if function.get("strict") and isinstance(parameters, dict):
+            check_schema(parameters, param="tools.parameters")
             # OpenAI strict semantics: no undeclared properties (xgrammar's structural tag does not add it).
-            schema = _closed(function["parameters"])
+            schema = _closed(parameters)
+        elif isinstance(parameters, dict) and parameters.get("type", "object") == "object":
+            # Not strict: the schema still shapes the arguments (clients validate them), undeclared keys allowed;
+            # a schema we could not enforce faithfully leaves them any JSON object rather than failing the request.
+            try:
+                check_schema(parameters, param="tools.parameters")
+                schema = _closed({k: v for k, v in parameters.items() if k != "$schema"}, closed=False)
+            except InvalidRequestError:
+                pass
         content: dict[str, Any] = {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
         if syntax.arguments != "json":
             content["style"] = syntax.arguments
@@ -319,9 +329,10 @@ def _repeat(tags: list[dict[str, Any]], separator: str, max_calls: int | None) -
     return {"type": "sequence", "elements": [call, rest]}
 
 
-def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+def _closed(schema: dict[str, Any], *, closed: bool = True) -> dict[str, Any]:
     """`schema` with `additionalProperties: false` on every object schema that declares properties and does not say
-    otherwise: what `compile_json_schema(strict=True)` does (a free-form `{"type": "object"}` stays open)."""
+    otherwise: what `compile_json_schema(strict=True)` does (a free-form `{"type": "object"}` stays open). With
+    `closed=False`, `true` instead: xgrammar's structural tags would otherwise close them too."""
     def close(node: Any) -> Any:
         if isinstance(node, list):
             return [close(n) for n in node]
@@ -331,7 +342,7 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
                    {n: close(s) for n, s in v.items()} if k in _SUBSCHEMA_MAPS and isinstance(v, dict) else v)
                for k, v in node.items()}
         if "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
+            out["additionalProperties"] = not closed
         return out
     return close(schema)
 

@@ -112,12 +112,16 @@ def _literal_type(td: type) -> tuple[Any, ...] | None:
 def _required_keys(td: type) -> frozenset[str]:
     # `__required_keys__` is wrong for the openai types: their annotations are strings (PEP 563), which TypedDict
     # cannot inspect for `Required[...]` at class creation. The evaluated hints can be.
+    # `Required[Optional[X]]` (e.g. a function tool's `strict` and `parameters`) is generated from "nullable" in the
+    # OpenAPI spec; the service accepts such a field left out, and real clients (LangChain, the Vercel AI SDK) do.
     total = getattr(td, "__total__", True)
     required = set()
     for key, hint in _hints(td).items():
         origin = typing.get_origin(hint)
         if origin is Required or (total and origin is not NotRequired):
-            required.add(key)
+            inner = typing.get_args(hint)[0] if origin is Required else hint
+            if type(None) not in typing.get_args(_strip(inner)):
+                required.add(key)
     return frozenset(required)
 
 
@@ -273,6 +277,8 @@ def request_schema() -> type:
     base_hints["input"] = Union[str, list[input_item_type()]]  # type: ignore[misc]
     base_hints["stream"] = Union[bool, None]
     base_hints.update(_HOST_EXTENSIONS)
+    # Codex CLI's per-request telemetry (session, turn, thread ids); not in the openai types.
+    base_hints["client_metadata"] = Union[dict[str, str], None]
     return TypedDict("ResponsesRequest", base_hints, total=False)  # type: ignore[operator,no-any-return]
 
 
