@@ -23,7 +23,7 @@ def test_refused_fields_at_their_neutral_value_pass() -> None:
     ({"max_output_tokens": 15}, "max_output_tokens"),
     ({"top_p": 1.5}, "top_p"),
     ({"top_logprobs": 21}, "top_logprobs"),
-    ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
+    ({"include": ["code_interpreter_call.outputs", "computer_call_output.output.image_url", "nope"]}, "include[2]"),
     ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice.type"),
     ({"max_tool_calls": 0}, "max_tool_calls"),
     ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),

@@ -8,6 +8,7 @@ framed by `events.Sequencer`, written by the handler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import events as ev
@@ -71,8 +72,9 @@ def echo_tools(tools: list[Json] | None) -> list[Json]:
 class Assembler:
     """State of one response's output while it is generated; see the module docstring for the rules it keeps."""
 
-    def __init__(self, snapshot: Json) -> None:
+    def __init__(self, snapshot: Json, *, seal: Callable[[str], str] | None = None) -> None:
         self.snapshot = snapshot
+        self.seal = seal  # with `include: ["reasoning.encrypted_content"]`: reasoning text → its sealed form
         self.output: list[Json] = []  # finished items, in output_index order
         self._open: Json | None = None  # the item being written
         self._kind = ""
@@ -192,7 +194,7 @@ class Assembler:
             item = ev.message_item(item_id, text, status, logprobs)
         elif self._kind == "reasoning":
             out.append(ev.reasoning_text_done(item_id, index, text))
-            item = ev.reasoning_item(item_id, text, status)
+            item = ev.reasoning_item(item_id, text, status, self.seal(text) if self.seal else None)
         else:
             args = arguments if arguments is not None else text
             out.append(ev.function_call_arguments_done(item_id, index, self._open["name"], args))

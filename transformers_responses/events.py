@@ -38,10 +38,10 @@ def output_text_part(text: str, logprobs: list[Json] | None = None) -> Json:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def reasoning_item(item_id: str, text: str | None, status: str) -> Json:
+def reasoning_item(item_id: str, text: str | None, status: str, encrypted_content: str | None = None) -> Json:
     content = [] if text is None else [{"type": "reasoning_text", "text": text}]
-    return {"id": item_id, "type": "reasoning", "summary": [], "content": content, "encrypted_content": None,
-            "status": status}
+    return {"id": item_id, "type": "reasoning", "summary": [], "content": content,
+            "encrypted_content": encrypted_content, "status": status}
 
 
 def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Json:

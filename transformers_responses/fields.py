@@ -58,7 +58,7 @@ FIELD_POLICY: dict[str, str] = {
 }
 
 # `include` values that name output this server never produces (hosted tools): vacuously honoured.
-_INCLUDE_HONOURED = {"message.output_text.logprobs"}
+_INCLUDE_HONOURED = {"message.output_text.logprobs", "reasoning.encrypted_content"}
 _INCLUDE_VACUOUS = {
     "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
     "message.input_image.image_url", "computer_call_output.output.image_url", "code_interpreter_call.outputs",

@@ -23,7 +23,7 @@ from typing import Any
 from transformers.cli.serving.utils import BaseHandler, Modality
 
 from . import events as ev
-from . import generation, seam, tool_parsers
+from . import generation, sealing, seam, tool_parsers
 from .controls import Controls, cb_can_constrain, needs_processors, plan
 from .emitter import Assembler, echo_tools, initial_response
 from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
@@ -101,6 +101,8 @@ class ResponsesHandler(BaseHandler):
             context = await state.resolve(body)
         else:
             context = Context(input=stored_items(input_items(body)))
+        # What the model sees: sealed reasoning opened (the stored request keeps what the client sent).
+        seen = dataclasses.replace(context, input=sealing.open_reasoning(context.input))
         model_id, model, processor = await self._load(body)
         tokenizer = getattr(processor, "tokenizer", processor)
         modality = self.model_manager.get_model_modality(model, processor=processor)
@@ -113,9 +115,9 @@ class ResponsesHandler(BaseHandler):
                 logger.info("response with decoding controls that continuous batching cannot apply here: generated "
                             "on the sequential path")
                 use_cb, router = False, None
-        template_tools, inputs = self._render_context(body, context, processor, model, modality, use_cb)
+        template_tools, inputs = self._render_context(body, seen, processor, model, modality, use_cb)
         if body.get("truncation") == "auto":
-            inputs = self._truncate(body, context, processor, model, modality, use_cb, inputs)
+            inputs = self._truncate(body, seen, processor, model, modality, use_cb, inputs)
         # CB takes a flat list of ids, the sequential path a [1, N] tensor.
         input_ids = inputs["input_ids"]
         prompt_ids = input_ids if isinstance(input_ids, list) else input_ids[0].tolist()
@@ -184,6 +186,7 @@ class ResponsesHandler(BaseHandler):
         check_supported({k: v for k, v in body.items() if k != "model"})
         context = await self.state.resolve(body) if self.state is not None else Context(
             input=stored_items(input_items(body)))
+        context.input = sealing.open_reasoning(context.input)
         model_id, model, processor = await self._load(body)
         modality = self.model_manager.get_model_modality(model, processor=processor)
         _, inputs = self._render_context(body, context, processor, model, modality, use_cb=True)
@@ -273,7 +276,8 @@ class ResponsesHandler(BaseHandler):
 
     async def run(self, prep: Prepared, disconnected: asyncio.Event | None = None) -> AsyncIterator[dict[str, Any]]:
         """Generate and yield every event of the response, terminal event last. Cancels generation if abandoned."""
-        assembler = Assembler(prep.snapshot)
+        seal = sealing.seal_reasoning if sealing.INCLUDE in (prep.body.get("include") or []) else None
+        assembler = Assembler(prep.snapshot, seal=seal)
         for event in assembler.start(queued=bool(prep.body.get("background"))):
             yield event
         max_calls = prep.controls.max_calls
