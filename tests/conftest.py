@@ -97,7 +97,9 @@ def server(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.fixture(scope="session")
 def cb_server(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(fixture_model, tmp_path_factory.mktemp("cb"), "--continuous-batching")
+    # A bounded paged cache: by default the host's CB takes most of the free memory for it, and a second CB in the
+    # test process (tests/test_structured.py) then gets this server OOM-killed on a 24 GiB machine.
+    srv = start_server(fixture_model, tmp_path_factory.mktemp("cb"), "--continuous-batching", "--cb-num-blocks", "128")
     yield srv
     srv.stop()
 

@@ -331,7 +331,11 @@ def test_continuous_batching_router(loaded: tuple[Any, Any]) -> None:
     eos = model.generation_config.eos_token_id
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": GREETING}], add_generation_prompt=True,
                                            tokenize=True, return_dict=True)["input_ids"]
-    manager = model.init_continuous_batching(generation_config=model.generation_config)
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    # A bounded paged cache: by default CB takes most of the free memory, starving the test servers.
+    manager = model.init_continuous_batching(generation_config=model.generation_config,
+                                             continuous_batching_config=ContinuousBatchingConfig(num_blocks=128))
     assert structured.supports_continuous_batching() and structured.supports_continuous_batching(manager)
     router = CBGrammarRouter(vocab)
     router.attach(manager)
