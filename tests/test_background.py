@@ -118,3 +118,14 @@ def test_delete_while_running_stops_it(server: Server) -> None:
     time.sleep(0.5)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(b.id)
+
+
+def test_resume_after_the_terminal_event_ends_at_once(server: Server) -> None:
+    c = server.client()
+    b = c.responses.create(model=server.model, input="Hi", background=True)
+    wait_for(c, b.id, ("completed",))
+    events = list(c.responses.retrieve(b.id, stream=True))
+    assert events[-1].type == "response.completed"
+    started = time.monotonic()
+    assert list(c.responses.retrieve(b.id, stream=True, starting_after=events[-1].sequence_number)) == []
+    assert time.monotonic() - started < 5  # not a keep-alive loop until the client gives up

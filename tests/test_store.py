@@ -17,14 +17,14 @@ import pytest
 
 from transformers_responses.store import open_store
 from transformers_responses.store.base import (
-    DEFAULT_TTL, ORPHAN_ERROR, ResponseRecord, ResponseStore, new_owner, output_scope,
+    DEFAULT_TTL, ORPHAN_ERROR, _pid_namespace, ResponseRecord, ResponseStore, new_owner, output_scope,
 )
 from transformers_responses.store.memory import MemoryStore
 from transformers_responses.store.redis import RedisStore, split_url
 from transformers_responses.store.sqlite import SqliteStore, path_from_url
 
 T = TypeVar("T")
-DEAD_OWNER = f"{socket.gethostname()}:999999:dead"  # this host, a pid that does not exist
+DEAD_OWNER = f"{socket.gethostname()}:999999:dead:{_pid_namespace()}"  # this host, a pid that does not exist
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -175,6 +175,9 @@ def test_delete_response_removes_items_and_events(store_url: str) -> None:
         assert await store.read_events("resp_1") == []
         assert await store.find_item("msg_i") is None and await store.find_item("msg_o") is None
         assert not await store.delete_response("resp_1")
+        # A background writer still running after the DELETE leaves nothing behind.
+        await store.append_events("resp_1", [{"type": "response.output_text.delta", "sequence_number": 1}])
+        assert await store.read_events("resp_1") == []
 
     run(store_url, body)
 

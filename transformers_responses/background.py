@@ -65,9 +65,9 @@ class Runner:
             record = await self.store.get_response(response_id)
             if record is not None:
                 failed = {**record.response, "status": "failed", "error": SHUTDOWN_ERROR}
-                await self.store.update_response(response_id, failed, only_if_status=UNFINISHED)
-                events = await self.store.read_events(response_id)
-                await self.store.append_events(response_id, [orphan_event(failed, events)])
+                if await self.store.update_response(response_id, failed, only_if_status=UNFINISHED):
+                    events = await self.store.read_events(response_id)
+                    await self.store.append_events(response_id, [orphan_event(failed, events)])
         await self.store.close()
 
     # ---- background responses ----
@@ -106,9 +106,10 @@ class Runner:
             logger.exception("background response %s failed", record.id)
             failed = {**record.response, "status": "failed",
                       "error": {"code": "server_error", "message": "The server failed while running this response."}}
-            if await self.state.commit(record, failed) is not None:
-                await self.store.append_events(record.id, [{"type": "response.failed", "response": failed,
-                                                            "sequence_number": seq.next}])
+            stored = await self.state.commit(record, failed)
+            if stored is not None:  # the stored status wins (a cancel may have come first)
+                await self.store.append_events(record.id, [{"type": f"response.{stored['status']}",
+                                                            "response": stored, "sequence_number": seq.next}])
         finally:
             if not writer.done():
                 queue.put_nowait(None)
@@ -156,6 +157,10 @@ class Runner:
         async def beat() -> None:
             await self.store.heartbeat(self.state.owner)
             await self.store.fail_orphans()  # another replica may have died
+            for response_id in list(self.tasks):  # a cancel signal can be lost (pub/sub is fire and forget)
+                record = await self.store.get_response(response_id)
+                if record is None or record.status == "cancelled":
+                    self.cancel_local(response_id)
 
         await self._forever("heartbeat", beat, HEARTBEAT_TTL / 3)
 

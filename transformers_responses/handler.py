@@ -76,7 +76,9 @@ def _json_object(text: str | None) -> dict[str, Any]:
 
 def _length(inputs: Any) -> int:
     ids = inputs["input_ids"]
-    return len(ids) if isinstance(ids, list) else int(ids.shape[-1])
+    if isinstance(ids, list):  # some processors wrap one prompt in a batch of one
+        return len(ids[0]) if ids and isinstance(ids[0], list) else len(ids)
+    return int(ids.shape[-1])
 
 
 class ResponsesHandler(BaseHandler):
@@ -190,7 +192,7 @@ class ResponsesHandler(BaseHandler):
         model_id, model, processor = await self._load(body)
         modality = self.model_manager.get_model_modality(model, processor=processor)
         _, inputs = self._render_context(body, context, processor, model, modality, use_cb=True)
-        return len(inputs["input_ids"])
+        return _length(inputs)
 
     def _render_context(self, body: dict[str, Any], context: Context, processor: Any, model: Any, modality: Any,
                         use_cb: bool) -> tuple[list[dict[str, Any]] | None, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import InvalidRequestError, NotFoundError, ServerError, from_exception
 from .state import TERMINAL_EVENTS
+from .store.base import UNFINISHED
 
 logger = logging.getLogger("transformers_responses")
 
@@ -151,13 +152,20 @@ def build_router(handler: Any, runner: Any) -> Any:
                 return JSONResponse(snapshot)
         except Exception as exc:
             return error_response(exc)
-        events = state.recorded(prep.body, prep.snapshot, prep.context, handler.run(prep))
+        try:
+            record = await state.open(prep.body, prep.snapshot, prep.context)
+        except Exception as exc:
+            prep.controls.done()
+            return error_response(exc)
+        events = state.recorded(prep.body, prep.snapshot, prep.context, handler.run(prep), record=record)
         if body.get("stream"):
-            return sse(_sse(events, Sequencer(), DONE_FRAME))
+            return sse(_sse(events, Sequencer(), DONE_FRAME, on_close=prep.controls.done))
         try:
             final = await _collect(events, request)
         except Exception as exc:
             return error_response(exc)
+        finally:
+            prep.controls.done()  # a response that never started generating holds its grammar slot till here
         if final is None:  # the client went away; nobody is listening
             return JSONResponse({}, status_code=499)
         if final["status"] == "failed":
@@ -256,22 +264,38 @@ async def replay(store: Any, response_id: str, after: int) -> AsyncIterator[str]
 
     last = after
     while True:
-        events = await store.read_events(response_id, last, wait=REPLAY_WAIT)
+        events = await store.read_events(response_id, last)
+        if not events:
+            record = await store.get_response(response_id)
+            if record is None:  # deleted (or expired): nothing more will come
+                yield DONE_FRAME
+                return
+            if record.status in UNFINISHED:
+                events = await store.read_events(response_id, last, wait=REPLAY_WAIT)
+                if not events:
+                    yield KEEPALIVE
+                    continue
+            else:
+                # Finished, yet no terminal event after `last`: it is on its way (committed just before it is
+                # appended), or the client resumed after it, or the response was ended without one (crash recovery
+                # before any event, a cancel whose replica was gone). Never wait forever.
+                events = await store.read_events(response_id, last, wait=1.0)
+                if not events:
+                    if not any(e["type"] in TERMINAL_EVENTS for e in await store.read_events(response_id, -1)):
+                        yield frame({"type": f"response.{record.status}", "response": record.response,
+                                     "sequence_number": last + 1})
+                    yield DONE_FRAME
+                    return
         for event in events:
             yield frame(event)
             last = event["sequence_number"]
             if event["type"] in TERMINAL_EVENTS:
                 yield DONE_FRAME
                 return
-        if not events:
-            record = await store.get_response(response_id)
-            if record is None:  # deleted (or expired) while we waited: nothing more will come
-                yield DONE_FRAME
-                return
-            yield KEEPALIVE
 
 
-async def _sse(events: AsyncIterator[dict[str, Any]], seq: Any, done: str) -> AsyncIterator[str]:
+async def _sse(events: AsyncIterator[dict[str, Any]], seq: Any, done: str,
+               on_close: Any = None) -> AsyncIterator[str]:
     """One SSE block per event, in one write each, then `[DONE]`. Closing us (a disconnect) closes generation."""
     try:
         async for event in events:
@@ -279,6 +303,8 @@ async def _sse(events: AsyncIterator[dict[str, Any]], seq: Any, done: str) -> As
         yield done
     finally:
         await events.aclose()  # type: ignore[attr-defined]
+        if on_close is not None:
+            on_close()
 
 
 async def _collect(events: AsyncIterator[dict[str, Any]], request: Any) -> dict[str, Any] | None:

@@ -126,22 +126,36 @@ class State:
         it was deleted meanwhile)."""
         only_if = UNFINISHED if final["status"] != "cancelled" else (*UNFINISHED, "cancelled")
         if await self.store.update_response(record.id, final, only_if_status=only_if, owner=None):
-            if record.conversation_id:
+            if record.conversation_id and await self.store.get_conversation(record.conversation_id) is not None:
                 await self.store.add_items(record.conversation_id,
                                            [*record.request["input"], *final.get("output", [])])
             return final
         stored = await self.store.get_response(record.id)
         return stored.response if stored is not None else None
 
-    async def recorded(self, body: Json, snapshot: Json, ctx: Context,
-                       events: AsyncIterator[Json]) -> AsyncIterator[Json]:
-        """Pass `events` through, persisting the response around them (see the module docstring)."""
+    async def open(self, body: Json, snapshot: Json, ctx: Context) -> ResponseRecord | None:
+        """Write a stored response as started (None for `store: false`): before any byte of the answer is sent, so
+        a store failure is still an HTTP error."""
         if body.get("store", True) is False:
-            async for event in events:
-                yield event
-            return
+            return None
         record = self.record_for(body, snapshot, ctx)
         await self.begin(record)
+        return record
+
+    async def recorded(self, body: Json, snapshot: Json, ctx: Context, events: AsyncIterator[Json], *,
+                       record: ResponseRecord | None = None) -> AsyncIterator[Json]:
+        """Pass `events` through, persisting the response around them (see the module docstring); `record` is the
+        one `open` wrote already, else it is written here."""
+        if body.get("store", True) is False:
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]
+            return
+        if record is None:
+            record = self.record_for(body, snapshot, ctx)
+            await self.begin(record)
         finished = False
         try:
             async for event in events:
@@ -155,6 +169,7 @@ class State:
             if not finished:  # the client went away mid-response: generation stopped, say so in the store
                 final = {**record.response, "status": "cancelled"}
                 self.spawn(self.store.update_response(record.id, final, only_if_status=UNFINISHED, owner=None))
+            await events.aclose()  # type: ignore[attr-defined]  # stop generating now, not when collected
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a store write to completion even if the request that caused it is being cancelled."""

@@ -61,17 +61,24 @@ def output_scope(response_id: str) -> str:
     return f"{response_id}/output"
 
 
+def _pid_namespace() -> str:
+    """Which pid namespace pids are numbered in: containers sharing a host name do not share pids."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "-"
+
+
 def new_owner() -> str:
-    """This process's replica identity: host and pid (for a local liveness check) and a nonce (pid reuse)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """This process's replica identity: host, pid and pid namespace (for a local liveness check), and a nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{_pid_namespace()}"
 
 
 def owner_alive(owner: str, heartbeat_expires_at: float | None, now: float) -> bool:
     """Is the replica `owner` still alive? A live heartbeat says yes — unless the owner is a process of this host
     that no longer exists (a restart after `kill -9` recovers at once instead of waiting out the heartbeat)."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host == socket.gethostname() and pid_text.isdigit():
+    host, pid_text, _, namespace = (owner.split(":") + ["", "", "", ""])[:4]
+    if host == socket.gethostname() and namespace == _pid_namespace() and pid_text.isdigit():
         pid = int(pid_text)
         if pid == os.getpid():
             return heartbeat_expires_at is not None and heartbeat_expires_at > now

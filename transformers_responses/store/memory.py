@@ -2,7 +2,7 @@
 
 Nothing survives the process and nothing is shared with another one. `memory://?max_responses=N` bounds it (default
 10,000 responses); the least recently used response is evicted with its items and events when full. Conversations are
-bounded the same way.
+bounded by the same number, oldest first.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class MemoryStore(ResponseStore):
         return copy.deepcopy(item) if item is not None else None
 
     async def find_item(self, item_id: str) -> Json | None:
-        for scope, items in self._scopes.items():
+        for scope, items in list(self._scopes.items()):
             if item_id in items and self._scope_live(scope):
                 return copy.deepcopy(items[item_id])
         return None
@@ -138,6 +138,8 @@ class MemoryStore(ResponseStore):
     # ---- events ----
 
     async def append_events(self, response_id: str, events: Sequence[Json]) -> None:
+        if response_id not in self._responses:  # deleted: a late writer adds nothing
+            return
         self._events.setdefault(response_id, []).extend(copy.deepcopy(list(events)))
         async with self._changed:
             self._changed.notify_all()

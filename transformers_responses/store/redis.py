@@ -224,6 +224,7 @@ return existed
 _APPEND = _PRELUDE + """
 local now, id, fallback = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local s = P .. 'e:' .. id
+if redis.call('EXISTS', P .. 'r:' .. id) == 0 then return 0 end  -- deleted: a late writer adds nothing
 local last = -1
 local top = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
 if #top > 0 then last = tonumber(string.match(top[1][1], '-(%d+)$')) - 1 end

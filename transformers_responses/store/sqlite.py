@@ -24,6 +24,7 @@ fast path so a cancel published by this same store object arrives at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import threading
@@ -174,7 +175,13 @@ class SqliteStore(ResponseStore):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except BaseException:
+            # A failed COMMIT (disk full, I/O error) leaves the transaction open and the write lock held.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
         return result
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -370,6 +377,9 @@ class SqliteStore(ResponseStore):
         rows = [(response_id, e["sequence_number"], _dumps(e)) for e in events]
 
         def write(conn: sqlite3.Connection) -> None:
+            # A deleted response keeps no events: a writer still running after the DELETE adds nothing.
+            if conn.execute("SELECT 1 FROM responses WHERE id = ?", (response_id,)).fetchone() is None:
+                return
             conn.executemany("INSERT OR REPLACE INTO events (response_id, seq, data) VALUES (?, ?, ?)", rows)
 
         await self._run(self._write, write)
