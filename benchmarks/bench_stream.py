@@ -90,7 +90,9 @@ def start(model_dir: Path, port: int, ours: bool) -> object:
 
     kwargs = dict(force_model=str(model_dir), host="127.0.0.1", port=port, device="cpu", non_blocking=True)
     if ours:
-        with plugins_on_build({"enable_responses": True, "tool_call_parser": "auto"}):
+        # Stored, as by default, in a SQLite file of the run (not the user's cache).
+        store = f"sqlite:///{model_dir.parent / 'bench-responses.db'}"
+        with plugins_on_build({"enable_responses": True, "tool_call_parser": "auto", "responses_store": store}):
             server = Serve(**kwargs)
     else:
         server = Serve(**kwargs)
