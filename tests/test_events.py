@@ -8,7 +8,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from transformers_responses import events as ev
-from transformers_responses.emitter import Assembler, echo_tools, initial_response
+from transformers_responses.emitter import Assembler, initial_response
+from transformers_responses.tools import echo as echo_tools
 
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
 BODY = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {}}],

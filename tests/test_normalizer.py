@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformers_responses.errors import InvalidRequestError, UnsupportedError
-from transformers_responses.normalizer import input_items, to_chat_messages, to_template_tools
+from transformers_responses.normalizer import input_items, to_chat_messages
 
 
 def test_string_input_and_instructions() -> None:
@@ -91,13 +91,6 @@ def test_bad_arguments_json_is_a_400() -> None:
     with pytest.raises(InvalidRequestError) as info:
         to_chat_messages([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{oops"}], None)
     assert info.value.param == "input[0].arguments"
-
-
-def test_template_tools_drop_strict_and_nest() -> None:
-    tools = [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}, "strict": True}]
-    assert to_template_tools(tools) == [{"type": "function", "function": {
-        "name": "f", "description": "d", "parameters": {"type": "object"}}}]
-    assert to_template_tools([]) is None
 
 
 @given(st.lists(st.sampled_from(["user", "assistant", "system", "developer"]), min_size=1, max_size=8),

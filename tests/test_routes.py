@@ -46,7 +46,10 @@ BAD = [
                                                        "detail": "auto"}]}]},
      400, "input[0].content[0]", "unsupported_content"),
     ({"input": "word " * 3000}, 400, "input", "context_length_exceeded"),
-    ({"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
+    ({"input": "x", "tools": [{"type": "websearch"}]}, 400, "tools[0].type", "invalid_value"),
+    ({"input": "x", "tools": [{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "lark",
+                                                                          "definition": "start: nowhere"}}]},
+     400, "tools[0].format.definition", "invalid_grammar"),
 ]
 
 

@@ -17,6 +17,7 @@ The table of what maps to what:
 | `tool_choice: {"type": "function", "name"}` | calls of that function only |
 | `tool_choice: {"type": "allowed_tools", "mode", "tools"}` | calls restricted to the subset; `required` forces one |
 | `tool_choice: "auto"` with a `strict` tool | free text; any call follows its tool's schema |
+| a `custom` tool (`{"type": "custom", "name"}` forces it) | its call's `input` is a string; with a `lark`/`regex` grammar, a sentence of it |
 | `tool_choice: "none"` | no grammar; the call opener (e.g. `<tool_call>`) is forbidden when it is one token |
 """
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidRequestError, UnsupportedError
+from .tools import toolset
 
 logger = logging.getLogger("transformers_responses")
 
@@ -101,7 +103,7 @@ class _Forbid:
 
 def needs_processors(body: Json) -> bool:
     """Whether a request needs per-request logits processors (decided before the prompt is rendered)."""
-    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    tools = toolset(body.get("tools")).functions
     choice = body.get("tool_choice") or "auto"
     fmt = ((body.get("text") or {}).get("format") or {}).get("type", "text")
     return (wants_logprobs(body) is not None or fmt != "text"
@@ -111,7 +113,7 @@ def needs_processors(body: Json) -> bool:
 def cb_can_constrain(body: Json) -> bool:
     """Whether continuous batching (with the grammar router) can apply all of a request's controls: grammars yes;
     logprobs and forbidden tokens (`tool_choice: none`) are recorded/applied on the sequential path only."""
-    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    tools = toolset(body.get("tools")).functions
     return wants_logprobs(body) is None and not (tools and body.get("tool_choice") == "none")
 
 
@@ -123,10 +125,10 @@ def wants_logprobs(body: Json) -> int | None:
 
 def _function_names(choice: Any, tools: list[Json]) -> tuple[str, list[str] | None]:
     """(mode, names) of a forcing `tool_choice`; mode "" when it forces nothing."""
-    declared = [t["name"] for t in tools if t.get("type") == "function"]
+    declared = [t["name"] for t in tools]
     if choice == "required":
         return "required", None
-    if isinstance(choice, dict) and choice.get("type") == "function":
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         if choice["name"] not in declared:
             raise InvalidRequestError(f"Tool choice '{choice['name']}' not found in 'tools' parameter.",
                                       param="tool_choice.name")
@@ -134,7 +136,7 @@ def _function_names(choice: Any, tools: list[Json]) -> tuple[str, list[str] | No
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         names = []
         for i, tool in enumerate(choice.get("tools") or []):
-            if tool.get("type") != "function" or tool.get("name") not in declared:
+            if tool.get("type") not in ("function", "custom") or tool.get("name") not in declared:
                 raise InvalidRequestError(f"Allowed tool {tool.get('name') or tool.get('type')!r} is not a function "
                                           "tool of this request.", param=f"tool_choice.tools[{i}]")
             names.append(tool["name"])
@@ -145,7 +147,7 @@ def _function_names(choice: Any, tools: list[Json]) -> tuple[str, list[str] | No
 def plan(body: Json, *, parser: Any, tokenizer: Any, model: Any) -> Controls:
     """The controls a request asks for; 400 naming the field when it cannot be honoured."""
     controls = Controls(logprobs=wants_logprobs(body))
-    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    tools = toolset(body.get("tools")).functions
     choice = body.get("tool_choice") or "auto"
     parallel = body.get("parallel_tool_calls", True) is not False
     cap = body.get("max_tool_calls")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import events as ev
+from .tools import InputStream, Toolset, input_from_arguments
 
 Json = dict[str, Any]
 
@@ -63,17 +64,14 @@ def initial_response(body: Json, *, response_id: str, model: str, created_at: in
     return snapshot
 
 
-def echo_tools(tools: list[Json] | None) -> list[Json]:
-    """Tools as the response echoes them: every function field present."""
-    return [{"type": "function", "name": t["name"], "description": t.get("description"),
-             "parameters": t.get("parameters"), "strict": t.get("strict")} for t in tools or []]
-
-
 class Assembler:
     """State of one response's output while it is generated; see the module docstring for the rules it keeps."""
 
-    def __init__(self, snapshot: Json, *, seal: Callable[[str], str] | None = None) -> None:
+    def __init__(self, snapshot: Json, *, seal: Callable[[str], str] | None = None,
+                 tools: Toolset | None = None) -> None:
         self.snapshot = snapshot
+        self.tools = tools or Toolset()  # what the model's call names stand for (custom, namespaced)
+        self._input: InputStream | None = None  # of the open custom tool call
         self.seal = seal  # with `include: ["reasoning.encrypted_content"]`: reasoning text → its sealed form
         self.output: list[Json] = []  # finished items, in output_index order
         self._open: Json | None = None  # the item being written
@@ -134,12 +132,18 @@ class Assembler:
                 if self._kind == "call":
                     self._parts.append(value)
                     out.append(ev.function_call_arguments_delta(self._open["id"], self.index, value))  # type: ignore[index]
+                elif self._kind == "custom":
+                    self._parts.append(value)
+                    text = self._input.feed(value)  # type: ignore[union-attr]
+                    if text:
+                        item_id = self._open["id"]  # type: ignore[index]
+                        out.append(ev.custom_tool_call_input_delta(item_id, self.index, text))
             elif kind == "call_end":
-                if self._kind == "call":
+                if self._kind in ("call", "custom"):
                     self._close(out, arguments=value)
             elif kind == "call_abort":
                 # A call that was not a call after all: closed as incomplete, its text shown as text.
-                if self._kind == "call":
+                if self._kind in ("call", "custom"):
                     self._close(out, status="incomplete")
                 if value:
                     out.extend(self.apply([("text", value)]))
@@ -176,10 +180,19 @@ class Assembler:
         self._open, self._kind, self._parts = {"id": ev.new_id("rs")}, "reasoning", []
         out.append(ev.output_item_added(self.index, ev.reasoning_item(self._open["id"], None, "in_progress")))
 
-    def _open_call(self, name: str, out: list[Json]) -> None:
-        self._open = {"id": ev.new_id("fc"), "call_id": ev.new_id("call"), "name": name}
-        self._kind, self._parts = "call", []
-        item = ev.function_call_item(self._open["id"], self._open["call_id"], name, "", "in_progress")
+    def _open_call(self, model_name: str, out: list[Json]) -> None:
+        tool = self.tools.get(model_name)
+        name, namespace = (tool.name, tool.namespace) if tool is not None else (model_name, None)
+        custom = tool is not None and tool.kind == "custom"
+        self._open = {"id": ev.new_id("ctc" if custom else "fc"), "call_id": ev.new_id("call"), "name": name,
+                      "namespace": namespace}
+        self._parts = []
+        if custom:
+            self._kind, self._input = "custom", InputStream()
+            item = ev.custom_tool_call_item(self._open["id"], self._open["call_id"], name, "", namespace)
+        else:
+            self._kind = "call"
+            item = ev.function_call_item(self._open["id"], self._open["call_id"], name, "", "in_progress", namespace)
         out.append(ev.output_item_added(self.index, item))
 
     def _close(self, out: list[Json], *, status: str = "completed", arguments: str | None = None) -> None:
@@ -195,10 +208,22 @@ class Assembler:
         elif self._kind == "reasoning":
             out.append(ev.reasoning_text_done(item_id, index, text))
             item = ev.reasoning_item(item_id, text, status, self.seal(text) if self.seal else None)
+        elif self._kind == "custom":
+            raw = arguments if arguments is not None else text
+            streamed = self._input.streamed if self._input is not None else ""
+            value = input_from_arguments(raw) if arguments is not None else streamed
+            if value.startswith(streamed) and len(value) > len(streamed):  # what the stream could not decode yet
+                out.append(ev.custom_tool_call_input_delta(item_id, index, value[len(streamed):]))
+            out.append(ev.custom_tool_call_input_done(item_id, index, value))
+            item = ev.custom_tool_call_item(item_id, self._open["call_id"], self._open["name"], value,
+                                            self._open["namespace"])
+            self._input = None
+            self.calls += 1
         else:
             args = arguments if arguments is not None else text
             out.append(ev.function_call_arguments_done(item_id, index, self._open["name"], args))
-            item = ev.function_call_item(item_id, self._open["call_id"], self._open["name"], args, status)
+            item = ev.function_call_item(item_id, self._open["call_id"], self._open["name"], args, status,
+                                         self._open["namespace"])
             self.calls += 1
         out.append(ev.output_item_done(index, item))
         self.output.append(item)
@@ -206,4 +231,4 @@ class Assembler:
 
     @property
     def in_call(self) -> bool:
-        return self._kind == "call"
+        return self._kind in ("call", "custom")

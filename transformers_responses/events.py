@@ -18,7 +18,7 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def new_id(prefix: str) -> str:
-    """`resp_…`, `msg_…`, `rs_…`, `fc_…`, `call_…`: unique per object."""
+    """`resp_…`, `msg_…`, `rs_…`, `fc_…`, `ctc_…`, `call_…`: unique per object."""
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
@@ -44,9 +44,20 @@ def reasoning_item(item_id: str, text: str | None, status: str, encrypted_conten
             "encrypted_content": encrypted_content, "status": status}
 
 
-def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Json:
-    return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
+                       namespace: str | None = None) -> Json:
+    item = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
             "status": status}
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
+
+
+def custom_tool_call_item(item_id: str, call_id: str, name: str, input: str, namespace: str | None = None) -> Json:
+    item = {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": name, "input": input}
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
 def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int, cached_tokens: int = 0) -> Json:
@@ -115,6 +126,16 @@ def function_call_arguments_done(item_id: str, output_index: int, name: str, arg
             "name": name, "arguments": arguments}
 
 
+def custom_tool_call_input_delta(item_id: str, output_index: int, delta: str) -> Json:
+    return {"type": "response.custom_tool_call_input.delta", "item_id": item_id, "output_index": output_index,
+            "delta": delta}
+
+
+def custom_tool_call_input_done(item_id: str, output_index: int, input: str) -> Json:
+    return {"type": "response.custom_tool_call_input.done", "item_id": item_id, "output_index": output_index,
+            "input": input}
+
+
 def error_event(code: str | None, message: str, param: str | None) -> Json:
     return {"type": "error", "code": code, "message": message, "param": param}
 
@@ -124,7 +145,8 @@ EMITTED_EVENT_TYPES = (
     "response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
     "response.content_part.added", "response.content_part.done", "response.output_text.delta",
     "response.output_text.done", "response.reasoning_text.delta", "response.reasoning_text.done",
-    "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.completed",
+    "response.function_call_arguments.delta", "response.function_call_arguments.done",
+    "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "response.completed",
     "response.incomplete", "response.failed", "response.queued", "response.cancelled", "error",
 )
 

@@ -89,15 +89,30 @@ def check_supported(body: dict[str, Any]) -> None:
         raise InvalidRequestError("Invalid 'max_tool_calls': expected a value >= 1.", param="max_tool_calls",
                                   code="integer_below_min_value")
     check_include(body.get("include"))
-    for i, tool in enumerate(body.get("tools") or []):
-        if tool.get("type") != "function":
-            raise UnsupportedError(f"Tools of type {tool.get('type')!r} {_NOT_YET}; only function tools are.",
-                                   param=f"tools[{i}].type")
+    # Hosted tools are accepted and not offered to the model (transformers_responses.tools); forcing one is refused.
     choice = body.get("tool_choice")
-    if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
-        raise UnsupportedError(f"`tool_choice` of type {choice.get('type')!r} names a tool this server does not run; "
-                               "use 'auto', 'none', 'required', a function or allowed_tools.", param="tool_choice.type")
+    if isinstance(choice, dict) and choice.get("type") not in ("function", "custom", "allowed_tools"):
+        raise UnsupportedError(f"`tool_choice` of type {choice.get('type')!r} names a hosted tool this server does not "
+                               "run; use 'auto', 'none', 'required', a function, a custom tool or allowed_tools.",
+                               param="tool_choice.type")
+    _check_custom_formats(body.get("tools") or [])
     check_metadata(body.get("metadata"))
+
+
+def _check_custom_formats(tools: list[dict[str, Any]]) -> None:
+    """A custom tool's grammar is enforced, so it needs the structured extra and must compile (400 otherwise)."""
+    for i, tool in enumerate(tools):
+        inner = tool.get("tools") if tool.get("type") == "namespace" else [tool]
+        for j, custom in enumerate(inner or []):
+            fmt = custom.get("format") or {}
+            if custom.get("type") != "custom" or fmt.get("type") != "grammar":
+                continue
+            param = f"tools[{i}]" if tool is custom else f"tools[{i}].tools[{j}]"
+            from . import structured
+            from .custom_grammar import input_ebnf
+
+            structured.require(f"{param}.format")
+            input_ebnf(fmt, param=param)
 
 
 def check_include(values: list[str] | None, param: str = "include") -> None:

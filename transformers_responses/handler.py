@@ -25,12 +25,13 @@ from transformers.cli.serving.utils import BaseHandler, Modality
 from . import events as ev
 from . import generation, sealing, seam, tool_parsers
 from .controls import Controls, cb_can_constrain, needs_processors, plan
-from .emitter import Assembler, echo_tools, initial_response
+from .emitter import Assembler, initial_response
 from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
 from .fields import check_supported
 from .items import drop_oldest, stored_items
-from .normalizer import input_items, to_chat_messages, to_template_tools
+from .normalizer import input_items, to_chat_messages
 from .state import Context, State
+from .tools import Toolset, echo, toolset
 from .validation import validate_create_request
 
 logger = logging.getLogger("transformers_responses")
@@ -56,6 +57,7 @@ class Prepared:
     snapshot: dict[str, Any]
     context: Context
     controls: Controls
+    tools: Toolset = field(default_factory=Toolset)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     generation: generation.Generation | None = None
 
@@ -146,11 +148,11 @@ class ResponsesHandler(BaseHandler):
         else:
             controls.attach(inputs, tokenizer, gen_config.eos_token_id)
         snapshot = initial_response(body, response_id=response_id, model=body["model"], created_at=ev.now(),
-                                    tools=echo_tools(body.get("tools")))
+                                    tools=echo(body.get("tools")))
         if context.conversation_id:
             snapshot["conversation"] = {"id": context.conversation_id}
         return Prepared(body, response_id, model_id, model, processor, tokenizer, inputs, input_tokens, gen_config,
-                        gen_manager, parser, snapshot, context, controls)
+                        gen_manager, parser, snapshot, context, controls, toolset(body.get("tools")))
 
     def _start_cb(self, gen_manager: Any, model: Any, gen_config: Any) -> None:
         """The host's CB start, with our grammar router joining its logits processors when it can."""
@@ -198,7 +200,7 @@ class ResponsesHandler(BaseHandler):
                         use_cb: bool) -> tuple[list[dict[str, Any]] | None, Any]:
         vision = modality in (Modality.VLM, Modality.MULTIMODAL)
         tool_choice = body.get("tool_choice") or "auto"
-        template_tools = None if tool_choice == "none" else to_template_tools(body.get("tools"))
+        template_tools = None if tool_choice == "none" else toolset(body.get("tools")).template_tools()
         messages = to_chat_messages([*context.history, *context.input], body.get("instructions"), vision=vision,
                                     history=len(context.history),
                                     history_path="conversation" if context.conversation_id else "previous_response_id")
@@ -279,7 +281,7 @@ class ResponsesHandler(BaseHandler):
     async def run(self, prep: Prepared, disconnected: asyncio.Event | None = None) -> AsyncIterator[dict[str, Any]]:
         """Generate and yield every event of the response, terminal event last. Cancels generation if abandoned."""
         seal = sealing.seal_reasoning if sealing.INCLUDE in (prep.body.get("include") or []) else None
-        assembler = Assembler(prep.snapshot, seal=seal)
+        assembler = Assembler(prep.snapshot, seal=seal, tools=prep.tools)
         for event in assembler.start(queued=bool(prep.body.get("background"))):
             yield event
         max_calls = prep.controls.max_calls

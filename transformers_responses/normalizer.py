@@ -6,8 +6,9 @@ Pure functions over plain dicts (the body has been validated against the openai 
   system message at the start (templates that accept a single leading system message keep working);
 * `developer` is `system`; `output_text` and `refusal` history parts are text; several text parts join with a newline;
 * `reasoning` items attach to the next assistant turn as `reasoning_content` (from `content`, else from `summary`);
-* `function_call` (and Codex's `custom_tool_call`) join the assistant turn before them as `tool_calls`, arguments
-  parsed to a mapping because chat templates iterate them; `function_call_output` / `custom_tool_call_output` become
+* `function_call` and `custom_tool_call` join the assistant turn before them as `tool_calls` (a custom call's
+  `input` as the `{"input": …}` it was offered with, a namespaced call under `NAMESPACE__NAME`), arguments parsed to a
+  mapping because chat templates iterate them; `function_call_output` / `custom_tool_call_output` become
   `tool` messages;
 * images become `{"type": "image", "url": …}` parts for a vision model and a 400 for a text-only one.
 
@@ -20,6 +21,7 @@ import json
 from typing import Any
 
 from .errors import InvalidRequestError, UnsupportedError
+from .tools import model_name
 
 Message = dict[str, Any]
 
@@ -147,8 +149,9 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
             else:
                 args = {"input": item["input"]}
             turn = assistant_turn()
+            name = model_name(item["name"], item.get("namespace"))  # as the tool was offered (tools.py)
             turn.setdefault("tool_calls", []).append(
-                {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args}})
+                {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": args}})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _output_text(item["output"], f"{where}.output")})
@@ -171,17 +174,3 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
         content: Any = "\n\n".join(system_texts)
         messages.insert(0, {"role": "system", "content": content if not vision else [{"type": "text", "text": content}]})
     return messages
-
-
-def to_template_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Function tools in the nested form chat templates expect; `strict` is ours to enforce, not the template's."""
-    if not tools:
-        return None
-    out = []
-    for tool in tools:
-        function: dict[str, Any] = {"name": tool["name"]}
-        if tool.get("description") is not None:
-            function["description"] = tool["description"]
-        function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
-        out.append({"type": "function", "function": function})
-    return out

@@ -305,6 +305,8 @@ def tool_calls_format(tools: Iterable[dict[str, Any]], *, mode: Literal["auto", 
         content: dict[str, Any] = {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
         if syntax.arguments != "json":
             content["style"] = syntax.arguments
+        if (function.get("format") or {}).get("type") == "grammar":  # a custom tool's input grammar
+            content = {"type": "grammar", "grammar": _custom_input_grammar(function["format"], syntax)}
         tags.append({"type": "tag", "begin": syntax.call_begin(name), "content": content, "end": syntax.end})
 
     if mode == "auto":
@@ -316,6 +318,16 @@ def tool_calls_format(tools: Iterable[dict[str, Any]], *, mode: Literal["auto", 
     if mode != "required":
         raise ValueError(f"unknown tool-call mode {mode!r}")
     return _repeat(tags, syntax.separator, max_calls)
+
+
+def _custom_input_grammar(fmt: dict[str, Any], syntax: CallSyntax) -> str:
+    """The arguments of a custom tool's call whose `input` follows the tool's grammar, in the family's syntax."""
+    from .custom_grammar import escape_for_json, input_ebnf, renamed
+
+    ebnf = input_ebnf(fmt)
+    if syntax.arguments == "qwen_xml":  # the value is raw text in its `<parameter=input>` block
+        return renamed(ebnf) + '\nroot ::= "<parameter=input>\\n" custom_root "\\n</parameter>"\n'
+    return renamed(escape_for_json(ebnf)) + '\nroot ::= "{\\"input\\": \\"" custom_root "\\"}"\n'
 
 
 def _repeat(tags: list[dict[str, Any]], separator: str, max_calls: int | None) -> dict[str, Any]:

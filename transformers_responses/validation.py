@@ -181,6 +181,9 @@ def _check_typeddict(value: Any, td: type, path: str, depth: int) -> None:
         raise _Problem(path, f"Invalid type for '{path}': expected an object, but got {_json_kind(value)} instead.",
                        "invalid_type", depth)
     hints = _hints(td)
+    if td.__name__ == _OPEN_TOOL:  # only `type` is checked (see hosted_tool_type)
+        _check(value.get("type"), hints["type"], _join(path, "type"), depth + 1)
+        return
     for key in value:
         if key not in hints:
             where = _join(path, key)
@@ -265,6 +268,23 @@ def input_item_type() -> Any:
     return Union[(RoleMessage, *items)]
 
 
+_OPEN_TOOL = "HostedTool"
+
+
+@functools.lru_cache(maxsize=1)
+def tool_type() -> Any:
+    """The union of tools: function, custom and namespace tools as the openai types say; hosted tools checked by their
+    `type` only. This server offers them to no model (transformers_responses.tools), and clients send fields newer
+    than the installed types (Codex's `web_search.search_content_types`): an unknown key there must not end a turn."""
+    from openai.types.responses.tool_param import ToolParam
+
+    offered = ("FunctionToolParam", "CustomToolParam", "NamespaceToolParam")
+    members = typing.get_args(ToolParam)
+    hosted = sorted({v for m in members if m.__name__ not in offered for v in _literal_type(_strip(m)) or ()})
+    HostedTool = TypedDict(_OPEN_TOOL, {"type": Required[Literal[tuple(hosted)]]}, total=False)  # type: ignore[misc]  # noqa: N806
+    return Union[(*(m for m in members if m.__name__ in offered), HostedTool)]
+
+
 _HOST_EXTENSIONS = {"generation_config": str, "seed": Union[int, None], "chat_template_kwargs": Union[dict[str, Any], None]}
 
 
@@ -276,6 +296,7 @@ def request_schema() -> type:
     base_hints = dict(_hints(rcp.ResponseCreateParamsBase))
     base_hints["input"] = Union[str, list[input_item_type()]]  # type: ignore[misc]
     base_hints["stream"] = Union[bool, None]
+    base_hints["tools"] = list[tool_type()]  # type: ignore[misc]
     base_hints.update(_HOST_EXTENSIONS)
     # Codex CLI's per-request telemetry (session, turn, thread ids); not in the openai types.
     base_hints["client_metadata"] = Union[dict[str, str], None]
@@ -289,6 +310,7 @@ def input_tokens_schema() -> type:
 
     hints = dict(_hints(itp.InputTokenCountParams))
     hints["input"] = Union[str, list[input_item_type()], None]  # type: ignore[misc]
+    hints["tools"] = Union[list[tool_type()], None]  # type: ignore[misc]
     hints["chat_template_kwargs"] = _HOST_EXTENSIONS["chat_template_kwargs"]
     return TypedDict("InputTokensRequest", hints, total=False)  # type: ignore[operator,no-any-return]
 
