@@ -23,7 +23,7 @@ from typing import Any
 from transformers.cli.serving.utils import BaseHandler, Modality
 
 from . import events as ev
-from . import generation, sealing, seam, tool_parsers
+from . import generation, request_log, sealing, seam, tool_parsers
 from .controls import Controls, cb_can_constrain, needs_processors, plan
 from .emitter import Assembler, initial_response
 from .errors import InvalidRequestError, NotFoundError, ResponsesError, ServerError, from_exception
@@ -83,6 +83,14 @@ def _length(inputs: Any) -> int:
     return int(ids.shape[-1])
 
 
+def _opened(context: Context) -> Context:
+    """What the model sees: sealed reasoning and compaction summaries opened (the stored request keeps what the
+    client sent). A compaction item may sit in stored history too (a `compaction` item sent as input earlier)."""
+    history_path = "conversation" if context.conversation_id else "previous_response_id"
+    return dataclasses.replace(context, history=sealing.open_compactions(context.history, history_path, indexed=False),
+                               input=sealing.open_compactions(sealing.open_reasoning(context.input)))
+
+
 class ResponsesHandler(BaseHandler):
     """Handler for the Responses API routes; constructed once per server by `routes.mount`."""
 
@@ -97,6 +105,7 @@ class ResponsesHandler(BaseHandler):
 
     async def prepare(self, body: Any, *, state: State | None = None) -> Prepared:
         """Everything before the first event; `state` overrides the server's (a WebSocket connection's own)."""
+        request_log.record(body)
         validate_create_request(body)
         check_supported(body)
         body = dict(body)
@@ -105,8 +114,7 @@ class ResponsesHandler(BaseHandler):
             context = await state.resolve(body)
         else:
             context = Context(input=stored_items(input_items(body)))
-        # What the model sees: sealed reasoning opened (the stored request keeps what the client sent).
-        seen = dataclasses.replace(context, input=sealing.open_reasoning(context.input))
+        seen = _opened(context)
         model_id, model, processor = await self._load(body)
         tokenizer = getattr(processor, "tokenizer", processor)
         modality = self.model_manager.get_model_modality(model, processor=processor)
@@ -190,7 +198,7 @@ class ResponsesHandler(BaseHandler):
         check_supported({k: v for k, v in body.items() if k != "model"})
         context = await self.state.resolve(body) if self.state is not None else Context(
             input=stored_items(input_items(body)))
-        context.input = sealing.open_reasoning(context.input)
+        context = _opened(context)
         model_id, model, processor = await self._load(body)
         modality = self.model_manager.get_model_modality(model, processor=processor)
         _, inputs = self._render_context(body, context, processor, model, modality, use_cb=True)
