@@ -118,3 +118,42 @@ def test_logprobs_ride_on_the_next_text_delta_and_the_part() -> None:
     assert [x["token"] for x in asm.output[0]["content"][0]["logprobs"]] == ["Hel", "lo"]
     reasoning_done = asm.finish("completed", ev.usage(1, 3, 1))
     assert all("logprobs" not in e for e in reasoning_done if e["type"].startswith("response.reasoning"))
+
+
+def test_reasoning_summary_asked_streams_the_reasoning_as_its_summary() -> None:
+    body = {**BODY, "reasoning": {"summary": "auto"}}
+    snap = initial_response(body, response_id="resp_1", model="m", created_at=1, tools=[])
+    asm = Assembler(snap)
+    out = asm.start() + asm.apply([("reasoning", "hm"), ("reasoning", "m"), ("reasoning_end", ""), ("text", "Hi")])
+    out += asm.finish("completed", ev.usage(1, 2, 1))
+    for event in out:
+        STREAM_EVENT.validate_python({**event, "sequence_number": 0})
+    types = [e["type"] for e in out]
+    assert types.index("response.reasoning_summary_part.added") < types.index("response.reasoning_summary_text.delta")
+    assert [e["delta"] for e in out if e["type"] == "response.reasoning_summary_text.delta"] == ["hm", "m"]
+    assert types.index("response.reasoning_summary_text.done") < types.index("response.reasoning_summary_part.done")
+    reasoning = Response.model_validate(out[-1]["response"]).output[0]
+    assert [s.text for s in reasoning.summary] == ["hmm"] and reasoning.content[0].text == "hmm"
+    plain = assemble([("reasoning", "hmm"), ("reasoning_end", "")])  # not asked: no summary, no summary events
+    assert plain[-1]["response"]["output"][0]["summary"] == []
+    assert not [e for e in plain if "summary" in e["type"]]
+
+
+def test_custom_and_namespaced_calls() -> None:
+    from transformers_responses.tools import toolset
+
+    tools = [{"type": "custom", "name": "patch"},
+             {"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "function", "name": "f"}]}]
+    snap = initial_response({**BODY, "tools": tools}, response_id="resp_1", model="m", created_at=1,
+                            tools=echo_tools(tools))
+    asm = Assembler(snap, tools=toolset(tools))
+    out = asm.start() + asm.apply([("call_start", "patch"), ("call_delta", '{"input": "a\\n'), ("call_delta", 'b"}'),
+                                   ("call_end", '{"input": "a\\nb"}'), ("call_start", "ns__f"), ("call_delta", "{}"),
+                                   ("call_end", "{}")])
+    out += asm.finish("completed", ev.usage(1, 2, 0))
+    for event in out:
+        STREAM_EVENT.validate_python({**event, "sequence_number": 0})
+    assert [e["delta"] for e in out if e["type"] == "response.custom_tool_call_input.delta"] == ["a\n", "b"]
+    custom, function = Response.model_validate(out[-1]["response"]).output
+    assert (custom.type, custom.name, custom.input) == ("custom_tool_call", "patch", "a\nb")
+    assert (function.type, function.name, function.namespace) == ("function_call", "f", "ns")

@@ -70,6 +70,8 @@ class Assembler:
     def __init__(self, snapshot: Json, *, seal: Callable[[str], str] | None = None,
                  tools: Toolset | None = None) -> None:
         self.snapshot = snapshot
+        # `reasoning.summary` asked: this server has no summarizer, so the reasoning text is also the summary.
+        self.summarize = (snapshot.get("reasoning") or {}).get("summary") not in (None, "none")
         self.tools = tools or Toolset()  # what the model's call names stand for (custom, namespaced)
         self._input: InputStream | None = None  # of the open custom tool call
         self.seal = seal  # with `include: ["reasoning.encrypted_content"]`: reasoning text → its sealed form
@@ -121,7 +123,10 @@ class Assembler:
                     self._close(out)
                     self._open_reasoning(out)
                 self._parts.append(value)
-                out.append(ev.reasoning_text_delta(self._open["id"], self.index, value))  # type: ignore[index]
+                item_id = self._open["id"]  # type: ignore[index]
+                out.append(ev.reasoning_text_delta(item_id, self.index, value))
+                if self.summarize:
+                    out.append(ev.reasoning_summary_text_delta(item_id, self.index, value))
             elif kind == "reasoning_end":
                 if self._kind == "reasoning":
                     self._close(out)
@@ -179,6 +184,8 @@ class Assembler:
     def _open_reasoning(self, out: list[Json]) -> None:
         self._open, self._kind, self._parts = {"id": ev.new_id("rs")}, "reasoning", []
         out.append(ev.output_item_added(self.index, ev.reasoning_item(self._open["id"], None, "in_progress")))
+        if self.summarize:
+            out.append(ev.reasoning_summary_part_added(self._open["id"], self.index))
 
     def _open_call(self, model_name: str, out: list[Json]) -> None:
         tool = self.tools.get(model_name)
@@ -207,7 +214,11 @@ class Assembler:
             item = ev.message_item(item_id, text, status, logprobs)
         elif self._kind == "reasoning":
             out.append(ev.reasoning_text_done(item_id, index, text))
-            item = ev.reasoning_item(item_id, text, status, self.seal(text) if self.seal else None)
+            if self.summarize:
+                out.append(ev.reasoning_summary_text_done(item_id, index, text))
+                out.append(ev.reasoning_summary_part_done(item_id, index, text))
+            item = ev.reasoning_item(item_id, text, status, self.seal(text) if self.seal else None,
+                                     summary=self.summarize)
         elif self._kind == "custom":
             raw = arguments if arguments is not None else text
             streamed = self._input.streamed if self._input is not None else ""

@@ -38,10 +38,17 @@ def output_text_part(text: str, logprobs: list[Json] | None = None) -> Json:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def reasoning_item(item_id: str, text: str | None, status: str, encrypted_content: str | None = None) -> Json:
+def reasoning_item(item_id: str, text: str | None, status: str, encrypted_content: str | None = None, *,
+                   summary: bool = False) -> Json:
+    """`summary`: the reasoning text is also the item's one `summary_text` part (`reasoning.summary` was asked)."""
     content = [] if text is None else [{"type": "reasoning_text", "text": text}]
-    return {"id": item_id, "type": "reasoning", "summary": [], "content": content,
+    parts = [summary_text_part(text)] if summary and text is not None else []
+    return {"id": item_id, "type": "reasoning", "summary": parts, "content": content,
             "encrypted_content": encrypted_content, "status": status}
+
+
+def summary_text_part(text: str) -> Json:
+    return {"type": "summary_text", "text": text}
 
 
 def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
@@ -116,6 +123,26 @@ def reasoning_text_done(item_id: str, output_index: int, text: str) -> Json:
             "content_index": 0, "text": text}
 
 
+def reasoning_summary_part_added(item_id: str, output_index: int) -> Json:
+    return {"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": output_index,
+            "summary_index": 0, "part": summary_text_part("")}
+
+
+def reasoning_summary_text_delta(item_id: str, output_index: int, delta: str) -> Json:
+    return {"type": "response.reasoning_summary_text.delta", "item_id": item_id, "output_index": output_index,
+            "summary_index": 0, "delta": delta}
+
+
+def reasoning_summary_text_done(item_id: str, output_index: int, text: str) -> Json:
+    return {"type": "response.reasoning_summary_text.done", "item_id": item_id, "output_index": output_index,
+            "summary_index": 0, "text": text}
+
+
+def reasoning_summary_part_done(item_id: str, output_index: int, text: str) -> Json:
+    return {"type": "response.reasoning_summary_part.done", "item_id": item_id, "output_index": output_index,
+            "summary_index": 0, "part": summary_text_part(text)}
+
+
 def function_call_arguments_delta(item_id: str, output_index: int, delta: str) -> Json:
     return {"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": output_index,
             "delta": delta}
@@ -145,6 +172,8 @@ EMITTED_EVENT_TYPES = (
     "response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
     "response.content_part.added", "response.content_part.done", "response.output_text.delta",
     "response.output_text.done", "response.reasoning_text.delta", "response.reasoning_text.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
     "response.function_call_arguments.delta", "response.function_call_arguments.done",
     "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "response.completed",
     "response.incomplete", "response.failed", "response.queued", "response.cancelled", "error",
