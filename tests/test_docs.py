@@ -64,3 +64,13 @@ def test_every_builtin_parser_is_documented() -> None:
     text = (DOCS / "tool-parsers.md").read_text()
     for name in BUILTIN:
         assert f"| `{name}` |" in text, name
+
+
+def test_every_compact_field_has_a_policy_and_a_doc_row() -> None:
+    from transformers_responses.compaction import FIELD_POLICY as COMPACT_POLICY
+    from transformers_responses.compaction import compact_schema
+
+    text = (DOCS / "compaction.md").read_text()
+    assert set(inspect.get_annotations(compact_schema())) == set(COMPACT_POLICY)
+    for field, policy in COMPACT_POLICY.items():
+        assert f"| `{field}` | {policy} |" in text, field

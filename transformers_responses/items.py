@@ -15,8 +15,10 @@ Json = dict[str, Any]
 
 _ID_PREFIX = {
     "message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
-    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco",
+    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "compaction": "cmp",
 }
+# Item types without a `status` (reasoning: an optional one, kept when sent): listed back, they must match their type.
+_NO_STATUS = {"reasoning", "compaction"}
 
 
 def stored_item(item: Json) -> Json:
@@ -30,7 +32,7 @@ def stored_item(item: Json) -> Json:
             content = [{"type": part_type, "text": content}]
         out["content"] = [_full_part(p) for p in content]
     out.setdefault("id", ev.new_id(_ID_PREFIX.get(kind, "item")))
-    if kind != "reasoning" or "status" in item:
+    if kind not in _NO_STATUS or "status" in item:
         out.setdefault("status", "completed")
     return out
 

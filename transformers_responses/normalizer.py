@@ -10,7 +10,10 @@ Pure functions over plain dicts (the body has been validated against the openai 
   `input` as the `{"input": …}` it was offered with, a namespaced call under `NAMESPACE__NAME`), arguments parsed to a
   mapping because chat templates iterate them; `function_call_output` / `custom_tool_call_output` become
   `tool` messages;
-* images become `{"type": "image", "url": …}` parts for a vision model and a 400 for a text-only one.
+* images become `{"type": "image", "url": …}` parts for a vision model and a 400 for a text-only one;
+* a `compaction` item (its sealed summary opened into `summary` by `sealing.open_compactions` beforehand) joins the
+  leading system message as `COMPACTION_PREFIX` + summary, after `instructions` and the leading system messages —
+  a system message is what every chat template accepts, wherever the item stood (docs/compaction.md).
 
 Anything the model could not see faithfully is refused with a 400 naming the item, never dropped.
 """
@@ -25,10 +28,12 @@ from .tools import model_name
 
 Message = dict[str, Any]
 
+COMPACTION_PREFIX = "Summary of the earlier conversation:\n"
+
 # Hosted-tool items this server never produces and cannot replay to a local model faithfully.
 _UNSUPPORTED_ITEMS = {
     "file_search_call", "computer_call", "computer_call_output", "web_search_call", "tool_search_call",
-    "tool_search_output", "additional_tools", "configuration_update", "compaction", "compaction_trigger",
+    "tool_search_output", "additional_tools", "configuration_update", "compaction_trigger",
     "image_generation_call", "code_interpreter_call", "local_shell_call", "local_shell_call_output", "shell_call",
     "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools", "mcp_approval_request",
     "mcp_approval_response", "mcp_call", "program", "program_output",
@@ -111,6 +116,7 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
     them name `history_path`, errors in the rest name `path[i]` counted from the request's own input."""
     messages: list[Message] = []
     pending_reasoning: str | None = None
+    summaries: list[str] = []
 
     def assistant_turn() -> Message:
         # Consecutive assistant output (message, reasoning, calls) is one turn of the model.
@@ -155,6 +161,11 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
         elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _output_text(item["output"], f"{where}.output")})
+        elif kind == "compaction":
+            if not isinstance(item.get("summary"), str):  # never opened: no caller may hand the model a sealed blob
+                raise InvalidRequestError("This compaction item's encrypted content was not opened.",
+                                          param=f"{where}.encrypted_content", code="invalid_encrypted_content")
+            summaries.append(COMPACTION_PREFIX + item["summary"])
         elif kind == "item_reference":  # resolved from the store before normalization; one left is unknown
             raise InvalidRequestError(f"Item with id {item.get('id')!r} not found.", param=where,
                                       code="item_not_found")
@@ -170,6 +181,7 @@ def to_chat_messages(items: list[dict[str, Any]], instructions: str | None, *, v
     system_texts = [instructions] if instructions else []
     while messages and messages[0]["role"] == "system" and isinstance(messages[0]["content"], str):
         system_texts.append(messages.pop(0)["content"])
+    system_texts.extend(summaries)
     if system_texts:
         content: Any = "\n\n".join(system_texts)
         messages.insert(0, {"role": "system", "content": content if not vision else [{"type": "text", "text": content}]})

@@ -2,9 +2,9 @@
 
 `mount` is called by the seam once the host has built its app: it opens the response store, removes the host's
 `POST /v1/responses` and adds ours — create, retrieve (and replay a background stream), delete, cancel, input items,
-input token counts — plus the Conversations API (`conversations`). Every route reads its own body and answers errors
-itself in the OpenAI envelope (through `errors`), so the host's other routes and their error formats are left exactly
-as they were.
+input token counts, compact (`compaction`) — plus the Conversations API (`conversations`). Every route reads its own
+body and answers errors itself in the OpenAI envelope (through `errors`), so the host's other routes and their error
+formats are left exactly as they were.
 """
 
 
@@ -189,6 +189,20 @@ def build_router(handler: Any, runner: Any) -> Any:
         except Exception as exc:
             return error_response(exc)
         return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
+
+    # Before the `/v1/responses/{response_id}` routes, so that no path parameter is ever matched against "compact".
+    @router.post("/v1/responses/compact")
+    async def compact(request: Request) -> Any:
+        from .compaction import compact as compact_conversation
+
+        try:
+            body = await read_json(request)
+            compacted = await compact_conversation(handler, body, lambda events: _collect(events, request))
+        except Exception as exc:
+            return error_response(exc)
+        if compacted is None:  # the client went away; nobody is listening
+            return JSONResponse({}, status_code=499)
+        return JSONResponse(compacted)
 
     @router.get("/v1/responses/{response_id}")
     async def retrieve(response_id: str, request: Request) -> Any:

@@ -1,9 +1,12 @@
-"""Sealed content: reasoning handed to the client encrypted and authenticated, read back only by this server.
+"""Sealed content: reasoning and compaction summaries handed to the client encrypted and authenticated, read back
+only by this server.
 
 `include: ["reasoning.encrypted_content"]` (what the Codex CLI and zero-data-retention clients send with
 `store: false`) puts the reasoning text of each `reasoning` output item in its `encrypted_content`, sealed with
 AES-256-GCM under a server secret; when the client sends that item back as input, the text is unsealed and the model
-sees its reasoning again — multi-turn reasoning without the server keeping anything.
+sees its reasoning again — multi-turn reasoning without the server keeping anything. `POST /v1/responses/compact`
+(`compaction`) seals the model's summary of a conversation the same way, in a `compaction` item's
+`encrypted_content`; `open_compactions` reads it back when the item returns as input or history.
 
 The secret is `TRANSFORMERS_RESPONSES_SECRET` (any string; hashed to a key) or, without it, a random key created once
 in `$HF_HOME/transformers-responses/secret.key` (mode 0600). Replicas behind one load balancer must share it. A blob
@@ -26,6 +29,8 @@ Json = dict[str, Any]
 
 ENV_SECRET = "TRANSFORMERS_RESPONSES_SECRET"
 INCLUDE = "reasoning.encrypted_content"
+# The payload type of a sealed compaction summary: a blob sealed for anything else is not accepted as one.
+COMPACTION_SUMMARY = "compaction_summary"
 _VERSION = b"trs1"
 _key: bytes | None = None
 
@@ -93,5 +98,32 @@ def open_reasoning(items: list[Json], path: str = "input") -> list[Json]:
         if item.get("type") == "reasoning" and item.get("encrypted_content") and not item.get("content"):
             payload = unseal(item["encrypted_content"], param=f"{path}[{i}].encrypted_content")
             item = {**item, "content": [{"type": "reasoning_text", "text": str(payload.get("text", ""))}]}
+        out.append(item)
+    return out
+
+
+def seal_compaction(text: str) -> str:
+    return seal({"type": COMPACTION_SUMMARY, "text": text})
+
+
+def open_compaction(token: str, *, param: str) -> str:
+    """The summary text of a `seal_compaction`ed string; 400 naming `param` otherwise."""
+    payload = unseal(token, param=param)
+    if payload.get("type") != COMPACTION_SUMMARY or not isinstance(payload.get("text"), str):
+        raise InvalidRequestError("The encrypted content is not a compaction summary of this server: send the "
+                                  "`compaction` item as `POST /v1/responses/compact` returned it.", param=param,
+                                  code="invalid_encrypted_content")
+    return str(payload["text"])
+
+
+def open_compactions(items: list[Json], path: str = "input", *, indexed: bool = True) -> list[Json]:
+    """`compaction` items with their sealed summary opened into `summary` (what `normalizer` renders). Errors name
+    `path[i].encrypted_content`, or `path` alone when the items are not the request's own (`indexed=False`: stored
+    history, named by `previous_response_id` or `conversation`)."""
+    out = []
+    for i, item in enumerate(items):
+        if item.get("type") == "compaction":
+            param = f"{path}[{i}].encrypted_content" if indexed else path
+            item = {**item, "summary": open_compaction(str(item.get("encrypted_content") or ""), param=param)}
         out.append(item)
     return out
