@@ -83,3 +83,30 @@ def test_a_bad_grammar_is_a_400_naming_its_definition() -> None:
     with pytest.raises(InvalidRequestError) as info:
         input_ebnf({"syntax": "lark", "definition": "start: undefined_rule"}, param="tools[2]")
     assert info.value.param == "tools[2].format.definition" and info.value.code == "invalid_grammar"
+
+
+@pytest.mark.parametrize("family", ["hermes", "qwen3_xml"])
+def test_custom_call_grammar_in_each_call_syntax(fixture_model, family: str) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    from transformers_responses import structured
+    from transformers_responses.tool_parsers.hermes import HermesToolParser
+    from transformers_responses.tool_parsers.qwen_xml import QwenXmlToolParser
+    from transformers_responses.tools import toolset
+
+    tokenizer = AutoTokenizer.from_pretrained(fixture_model)
+    tools = toolset([{"type": "custom", "name": "apply_patch",
+                      "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH}}]).functions
+    if family == "hermes":
+        syntax = HermesToolParser.call_syntax
+        def call(patch: str) -> str:  # noqa: E306
+            arguments = json.dumps({"input": patch})
+            return f'<tool_call>\n{{"name": "apply_patch", "arguments": {arguments}}}\n</tool_call>'
+    else:
+        syntax = QwenXmlToolParser.call_syntax
+        def call(patch: str) -> str:  # noqa: E306
+            block = f"<parameter=input>\n{patch}\n</parameter>"
+            return f"<tool_call>\n<function=apply_patch>\n{block}\n</function>\n</tool_call>"
+    grammar = structured.compile_tool_calls(tokenizer, tools, mode="required", syntax=syntax)
+    assert grammar.accepts(call(PATCH))
+    assert not grammar.accepts(call(PATCH.replace("*** Begin Patch", "*** Begin")))

@@ -130,7 +130,7 @@ def echo(tools: list[Json] | None) -> list[Json]:
 
 
 def input_from_arguments(arguments: str) -> str:
-    """A custom call's input from the JSON arguments the model wrote (`{"input": "…"}`; any other shape: as written)."""
+    """A custom call's input from the JSON arguments the model wrote: `{"input": "…"}`, else as written."""
     try:
         value = json.loads(arguments)
     except json.JSONDecodeError:
