@@ -66,3 +66,10 @@ def test_input_stream_decodes_any_text_in_any_chunking(text: str, size: int, asc
 def test_input_stream_of_another_shape_streams_nothing() -> None:
     stream = InputStream()
     assert stream.feed('{"patch": "abc"}') == "" and stream.streamed == ""
+
+
+def test_only_a_grammar_constrains_custom_calls() -> None:
+    from transformers_responses.controls import needs_processors
+
+    assert not needs_processors({"tools": [{"type": "custom", "name": "note"}]})  # free-form: nothing to enforce
+    assert needs_processors({"tools": [PATCH]})

@@ -90,9 +90,10 @@ def custom_parameters(tool: Json) -> Json:
 def _offer(tool: Json, namespace: str | None, out: Toolset) -> None:
     name = model_name(tool["name"], namespace)
     if tool["type"] == "custom":
+        fmt = tool.get("format") or {"type": "text"}
+        # A grammar is enforced on every call (as `strict` is); free-form input needs no decoding constraint.
         definition = {"type": "function", "name": name, "description": tool.get("description"),
-                      "parameters": custom_parameters(tool), "strict": True,
-                      "format": tool.get("format") or {"type": "text"}}
+                      "parameters": custom_parameters(tool), "strict": fmt.get("type") == "grammar", "format": fmt}
         out.tools[name] = ModelTool(name, tool["name"], "custom", namespace, definition)
     else:
         definition = {**tool, "name": name}
