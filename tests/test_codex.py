@@ -7,6 +7,8 @@ grammar, `tool_search`, `web_search`), `store: false` with `include: ["reasoning
 request body (`TRANSFORMERS_RESPONSES_LOG_REQUESTS`), so the test asserts on what Codex really sent, and on what Codex
 itself reports (`--json` events: each turn completed, no error).
 
+Both transports: SSE, and WebSocket mode (`prefer_websockets` in the catalog, `supports_websockets` on the provider).
+
 The model is the fixture with two test-only changes to a copy of its config, because Codex's prompt is ~18k tokens:
 a longer context (RoPE needs no training for it), and punctuation tokens as extra end tokens so that its made-up
 answer to a prompt it was never trained on ends within a few tokens. Codex learns the model's capabilities from a
@@ -59,12 +61,13 @@ def codex_server(codex_model: Path, tmp_path_factory: pytest.TempPathFactory) ->
     srv.stop()
 
 
-def codex_home(tmp: Path, server: Server) -> Path:
+def codex_home(tmp: Path, server: Server, *, websocket: bool) -> Path:
     """The `config.toml` (and model catalog) a user writes to point Codex at the server (docs/clients.md)."""
     home = tmp / "codex-home"
     home.mkdir()
     catalog = json.loads((NODE / "codex-model-catalog.json").read_text())
     catalog["models"][0]["slug"] = server.model
+    catalog["models"][0]["prefer_websockets"] = websocket
     (home / "catalog.json").write_text(json.dumps(catalog))
     (home / "config.toml").write_text(f'''model = "{server.model}"
 model_provider = "local"
@@ -76,6 +79,7 @@ model_verbosity = "low"
 name = "transformers serve"
 base_url = "{server.base_url}"
 wire_api = "responses"
+supports_websockets = {"true" if websocket else "false"}
 ''')
     return home
 
@@ -90,9 +94,11 @@ def codex_exec(home: Path, workdir: Path, *args: str) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def test_codex_exec_two_turns(codex_server: tuple[Server, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+def test_codex_exec_two_turns(codex_server: tuple[Server, Path], tmp_path: Path, transport: str) -> None:
     server, log = codex_server
-    home, workdir = codex_home(tmp_path, server), tmp_path / "work"
+    log.write_text("")
+    home, workdir = codex_home(tmp_path, server, websocket=transport == "websocket"), tmp_path / "work"
     workdir.mkdir()
     first = codex_exec(home, workdir, "Say hello")
     second = codex_exec(home, workdir, "resume", "--last", "Thanks")
@@ -103,14 +109,20 @@ def test_codex_exec_two_turns(codex_server: tuple[Server, Path], tmp_path: Path)
         assert [e for e in events if e.get("item", {}).get("type") == "agent_message"], events
 
     bodies = [json.loads(line) for line in log.read_text().splitlines()]
+    if transport == "websocket":
+        # Over one socket per turn Codex continues its own store:false response by previous_response_id, sending only
+        # the new items: connection-local state (docs/websocket.md).
+        assert "WebSocket /v1/responses\" [accepted]" in server.log.read_text(errors="replace")
+        assert len(bodies) == 4 and [bool(b.get("previous_response_id")) for b in bodies] == [False, True] * 2
+        bodies = [b for b in bodies if not b.get("previous_response_id")]
     assert len(bodies) == 2
     for body in bodies:
-        assert body["store"] is False and body["stream"] is True
+        assert body["store"] is False and body.get("stream", transport == "sse") is (transport == "sse")
         assert body["include"] == ["reasoning.encrypted_content"] and body["prompt_cache_key"]
         assert body["text"]["verbosity"] == "low" and body["reasoning"]["summary"] == "detailed"
         tools = {t.get("name") or t["type"]: t for t in body["tools"]}
         assert tools["apply_patch"]["type"] == "custom" and tools["apply_patch"]["format"]["syntax"] == "lark"
         assert {"function", "web_search", "tool_search"} <= {t["type"] for t in body["tools"]}
-    # The second turn is stateless: it sends the first turn back, our answer included.
-    assert [i.get("role") for i in bodies[1]["input"]].count("assistant") == 1
+    if transport == "sse":  # the second turn is stateless: it sends the first turn back, our answer included
+        assert [i.get("role") for i in bodies[1]["input"]].count("assistant") == 1
     assert "POST /v1/responses HTTP/1.1\" 4" not in server.log.read_text(errors="replace")
