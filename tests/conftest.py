@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from transformers_responses.fixture_model import SCRIPT
+
 
 def transformers_cli() -> str:
     """The host's console script next to this interpreter (the start-up hook registers the plugin in it)."""
@@ -81,6 +83,11 @@ def start_server(model: Path | str, tmp: Path, *extra: str, enable: bool = True,
     pytest.fail(f"server did not start in {timeout} s:\n{log.read_text()[-4000:]}")
 
 
+def completion(name: str) -> str:
+    """What the fixture model answers to its scripted prompt `name`."""
+    return next(s.completion for s in SCRIPT if s.name == name)
+
+
 @pytest.fixture(scope="session")
 def fixture_model() -> Path:
     from transformers_responses.fixture_model import build_fixture_model
@@ -102,6 +109,12 @@ def cb_server(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     srv = start_server(fixture_model, tmp_path_factory.mktemp("cb"), "--continuous-batching", "--cb-num-blocks", "128")
     yield srv
     srv.stop()
+
+
+@pytest.fixture(params=["generate", "continuous_batching"])
+def srv(request: pytest.FixtureRequest) -> Server:
+    """The same test on the sequential `generate()` server and on the continuous-batching one."""
+    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 @pytest.fixture(scope="session")

@@ -10,17 +10,11 @@ import httpx
 import openai
 import pytest
 
-from transformers_responses.fixture_model import SCRIPT
-
-from .conftest import Server
+from .conftest import Server, completion
 
 # A long generation on both paths: under a JSON-object grammar the fixture model writes one string until the cap
 # (continuous batching does not take a per-request `min_new_tokens`).
 LONG = {"input": "Hi", "text": {"format": {"type": "json_object"}}, "max_output_tokens": 2000}
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 def wait_for(client: openai.OpenAI, response_id: str, statuses: tuple[str, ...], timeout: float = 60) -> object:
@@ -31,11 +25,6 @@ def wait_for(client: openai.OpenAI, response_id: str, statuses: tuple[str, ...],
             return r
         time.sleep(0.1)
     raise AssertionError(f"{response_id} never reached {statuses}; last {r.status}")
-
-
-@pytest.fixture(params=["generate", "continuous_batching"])
-def srv(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 def test_background_returns_at_once_and_polls_to_completion(srv: Server) -> None:

@@ -18,18 +18,14 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI
 
-from transformers_responses.fixture_model import SCRIPT, WEATHER_TOOL
+from transformers_responses.fixture_model import WEATHER_TOOL
 
-from .conftest import Server
+from .conftest import Server, completion
 
 WEATHER_RESULT = '{"temperature": 22, "condition": "sunny"}'
 WEATHER_PARIS = "What is the weather in Paris?"
 
 set_tracing_disabled(True)  # the Agents SDK would otherwise try to upload traces to api.openai.com
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 # ----- OpenAI Agents SDK -----

@@ -17,20 +17,16 @@ from typing import Any
 
 import pytest
 
-from transformers_responses.fixture_model import (NAME_INTRO, NAME_QUESTION, PARIS_RESULT, SCRIPT, TOKYO_RESULT,
+from transformers_responses.fixture_model import (NAME_INTRO, NAME_QUESTION, PARIS_RESULT, TOKYO_RESULT,
                                                   WEATHER_PARIS, WEATHER_PARIS_TOKYO, WEATHER_TOOL)
 
-from .conftest import Server
+from .conftest import Server, completion
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 VERCEL = NODE_DIR / "vercel.mjs"
 TOOL_RESULTS = {"Paris": PARIS_RESULT, "Tokyo": TOKYO_RESULT}
 # The fixture's tool as the SDK sends it: `jsonSchema(parameters)` unchanged, and no `strict` (not set on the tool).
 SENT_TOOL = {key: value for key, value in WEATHER_TOOL.items() if key != "strict"}
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 def run_vercel(mode: str, config: dict[str, Any]) -> dict[str, Any]:

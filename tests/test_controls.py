@@ -14,9 +14,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from transformers_responses.controls import needs_processors, wants_logprobs
-from transformers_responses.fixture_model import SCRIPT, WEATHER_TOOL
+from transformers_responses.fixture_model import WEATHER_TOOL
 
-from .conftest import Server
+from .conftest import Server, completion
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["mood", "score", "tags"], "properties": {
     "mood": {"type": "string", "enum": ["happy", "sad"]}, "score": {"type": "integer", "minimum": 0, "maximum": 9},
@@ -24,15 +24,6 @@ SCHEMA = {"type": "object", "additionalProperties": False, "required": ["mood", 
 TIME_TOOL = {"type": "function", "name": "get_time", "description": "Get the local time in a city.", "strict": True,
              "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
                             "properties": {"city": {"type": "string", "maxLength": 10}}}}
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
-
-
-@pytest.fixture(params=["generate", "continuous_batching"])
-def srv(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 def calls(response: object) -> list[tuple[str, dict]]:

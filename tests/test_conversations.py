@@ -6,13 +6,7 @@ import httpx
 import openai
 import pytest
 
-from transformers_responses.fixture_model import SCRIPT
-
-from .conftest import Server
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
+from .conftest import Server, completion
 
 
 def test_remembered_name_through_a_conversation(server: Server) -> None:

@@ -13,7 +13,7 @@ import re
 import openai
 import pytest
 
-from transformers_responses.fixture_model import SCRIPT, WEATHER_TOOL
+from transformers_responses.fixture_model import WEATHER_TOOL
 
 from .conftest import Server
 
@@ -26,15 +26,6 @@ NAMESPACE = {"type": "namespace", "name": "mcp__clock", "description": "Clock to
                         "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}]}
 HOSTED = [{"type": "web_search", "search_content_types": ["text"]}, {"type": "local_shell"},
           {"type": "tool_search"}]
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
-
-
-@pytest.fixture(params=["generate", "continuous_batching"])
-def srv(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 def test_forced_custom_tool_streams_its_grammar_constrained_input(srv: Server) -> None:

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from transformers_responses.fixture_model import SCRIPT
-
-from .conftest import start_server
+from .conftest import completion, start_server
 
 LONG = {"generation_config": json.dumps({"min_new_tokens": 1500, "max_new_tokens": 1500})}
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 def test_restart_keeps_stored_responses(fixture_model: Path, tmp_path: Path) -> None:

@@ -5,22 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 
-from transformers_responses.fixture_model import SCRIPT, WEATHER_TOOL
+from transformers_responses.fixture_model import WEATHER_TOOL
 
-from .conftest import Server
+from .conftest import Server, completion
 
 WEATHER_RESULTS = ['{"temperature": 22, "condition": "sunny"}', '{"temperature": 18, "condition": "rainy"}']
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
-
-
-@pytest.fixture(params=["generate", "continuous_batching"])
-def srv(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 def test_greeting(srv: Server) -> None:

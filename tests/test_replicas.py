@@ -11,15 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from transformers_responses.fixture_model import SCRIPT
-
-from .conftest import Server, start_server
+from .conftest import Server, completion, start_server
 
 LONG = {"generation_config": json.dumps({"min_new_tokens": 1500, "max_new_tokens": 1500})}
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 @pytest.fixture(scope="module")

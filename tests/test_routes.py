@@ -9,8 +9,6 @@ import httpx
 import openai
 import pytest
 
-from transformers_responses.fixture_model import WEATHER_TOOL
-
 from .conftest import Server, start_server
 
 

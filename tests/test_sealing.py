@@ -8,13 +8,8 @@ import pytest
 
 from transformers_responses import sealing
 from transformers_responses.errors import InvalidRequestError
-from transformers_responses.fixture_model import SCRIPT
 
 from .conftest import Server
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 def test_round_trip_and_tampering(monkeypatch: pytest.MonkeyPatch) -> None:

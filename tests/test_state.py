@@ -9,20 +9,11 @@ import httpx
 import openai
 import pytest
 
-from transformers_responses.fixture_model import SCRIPT, WEATHER_TOOL
+from transformers_responses.fixture_model import WEATHER_TOOL
 
-from .conftest import Server
+from .conftest import Server, completion
 
 WEATHER_RESULT = '{"temperature": 22, "condition": "sunny"}'
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
-
-
-@pytest.fixture(params=["generate", "continuous_batching"])
-def srv(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 def test_remembered_name_through_previous_response_id(srv: Server) -> None:

@@ -10,17 +10,10 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 
-from transformers_responses.fixture_model import SCRIPT
-
-from .conftest import Server
+from .conftest import Server, completion
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-
-
-def completion(name: str) -> str:
-    return next(s.completion for s in SCRIPT if s.name == name)
 
 
 def turn(conn: Any) -> list[Any]:
@@ -36,11 +29,6 @@ def turn(conn: Any) -> list[Any]:
 def final(events: list[Any]) -> Any:
     assert events[-1].type == "response.completed", [e.type for e in events]
     return events[-1].response
-
-
-@pytest.fixture(params=["generate", "continuous_batching"])
-def srv(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue("server" if request.param == "generate" else "cb_server")
 
 
 def test_a_turn_streams_the_same_events_as_sse(srv: Server) -> None:
