@@ -220,9 +220,8 @@ class Assembler:
             item = ev.reasoning_item(item_id, text, status, self.seal(text) if self.seal else None,
                                      summary=self.summarize)
         elif self._kind == "custom":
-            raw = arguments if arguments is not None else text
             streamed = self._input.streamed if self._input is not None else ""
-            value = input_from_arguments(raw) if arguments is not None else streamed
+            value = input_from_arguments(arguments) if arguments is not None else streamed
             if value.startswith(streamed) and len(value) > len(streamed):  # what the stream could not decode yet
                 out.append(ev.custom_tool_call_input_delta(item_id, index, value[len(streamed):]))
             out.append(ev.custom_tool_call_input_done(item_id, index, value))

@@ -83,6 +83,11 @@ def _length(inputs: Any) -> int:
     return int(ids.shape[-1])
 
 
+def _template_tools(body: dict[str, Any], tools: Toolset) -> list[dict[str, Any]] | None:
+    """The tools rendered into the prompt: none under `tool_choice: none`."""
+    return None if (body.get("tool_choice") or "auto") == "none" else tools.template_tools()
+
+
 def _opened(context: Context) -> Context:
     """What the model sees: sealed reasoning and compaction summaries opened (the stored request keeps what the
     client sent). A compaction item may sit in stored history too (a `compaction` item sent as input earlier)."""
@@ -127,9 +132,11 @@ class ResponsesHandler(BaseHandler):
                 logger.info("response with decoding controls that continuous batching cannot apply here: generated "
                             "on the sequential path")
                 use_cb, router = False, None
-        template_tools, inputs = self._render_context(body, seen, processor, model, modality, use_cb)
+        tools = toolset(body.get("tools"))
+        template_tools = _template_tools(body, tools)
+        inputs = self._render_context(body, seen, processor, model, modality, use_cb, template_tools)
         if body.get("truncation") == "auto":
-            inputs = self._truncate(body, seen, processor, model, modality, use_cb, inputs)
+            inputs = self._truncate(body, seen, processor, model, modality, use_cb, template_tools, inputs)
         # CB takes a flat list of ids, the sequential path a [1, N] tensor.
         input_ids = inputs["input_ids"]
         prompt_ids = input_ids if isinstance(input_ids, list) else input_ids[0].tolist()
@@ -160,7 +167,7 @@ class ResponsesHandler(BaseHandler):
         if context.conversation_id:
             snapshot["conversation"] = {"id": context.conversation_id}
         return Prepared(body, response_id, model_id, model, processor, tokenizer, inputs, input_tokens, gen_config,
-                        gen_manager, parser, snapshot, context, controls, toolset(body.get("tools")))
+                        gen_manager, parser, snapshot, context, controls, tools)
 
     def _start_cb(self, gen_manager: Any, model: Any, gen_config: Any) -> None:
         """The host's CB start, with our grammar router joining its logits processors when it can."""
@@ -201,18 +208,16 @@ class ResponsesHandler(BaseHandler):
         context = _opened(context)
         model_id, model, processor = await self._load(body)
         modality = self.model_manager.get_model_modality(model, processor=processor)
-        _, inputs = self._render_context(body, context, processor, model, modality, use_cb=True)
-        return _length(inputs)
+        template_tools = _template_tools(body, toolset(body.get("tools")))
+        return _length(self._render_context(body, context, processor, model, modality, True, template_tools))
 
     def _render_context(self, body: dict[str, Any], context: Context, processor: Any, model: Any, modality: Any,
-                        use_cb: bool) -> tuple[list[dict[str, Any]] | None, Any]:
+                        use_cb: bool, template_tools: list[dict[str, Any]] | None) -> Any:
         vision = modality in (Modality.VLM, Modality.MULTIMODAL)
-        tool_choice = body.get("tool_choice") or "auto"
-        template_tools = None if tool_choice == "none" else toolset(body.get("tools")).template_tools()
         messages = to_chat_messages([*context.history, *context.input], body.get("instructions"), vision=vision,
                                     history=len(context.history),
                                     history_path="conversation" if context.conversation_id else "previous_response_id")
-        return template_tools, self._render(processor, model, messages, template_tools, body, use_cb)
+        return self._render(processor, model, messages, template_tools, body, use_cb)
 
     async def _load(self, body: dict[str, Any]) -> tuple[str, Any, Any]:
         forced = self.model_manager.force_model
@@ -252,7 +257,7 @@ class ResponsesHandler(BaseHandler):
         return inputs
 
     def _truncate(self, body: dict[str, Any], context: Context, processor: Any, model: Any, modality: Any,
-                  use_cb: bool, inputs: Any) -> Any:
+                  use_cb: bool, template_tools: list[dict[str, Any]] | None, inputs: Any) -> Any:
         """`truncation: auto`: drop the oldest items (see `items.drop_oldest`) until input and output fit. The
         stored request keeps every item; only what the model sees is cut."""
         limit = getattr(model.config, "max_position_embeddings", None)
@@ -263,7 +268,7 @@ class ResponsesHandler(BaseHandler):
             if kept is None:  # nothing more may go: the context-length error that follows says so
                 break
             view.history, view.input = kept
-            _, inputs = self._render_context(body, view, processor, model, modality, use_cb)
+            inputs = self._render_context(body, view, processor, model, modality, use_cb, template_tools)
         return inputs
 
     @staticmethod

@@ -76,9 +76,8 @@ def model_name(name: str, namespace: str | None) -> str:
     return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
 
 
-def custom_parameters(tool: Json) -> Json:
-    """The JSON schema a custom tool is offered with: one string, described by the tool's input format."""
-    fmt = tool.get("format") or {"type": "text"}
+def custom_parameters(fmt: Json) -> Json:
+    """The JSON schema a custom tool is offered with: one string, described by the tool's input format `fmt`."""
     if fmt.get("type") == "grammar":
         description = (f"The raw input, which must follow this {fmt['syntax']} grammar:\n{fmt['definition']}")
     else:
@@ -93,7 +92,7 @@ def _offer(tool: Json, namespace: str | None, out: Toolset) -> None:
         fmt = tool.get("format") or {"type": "text"}
         # A grammar is enforced on every call (as `strict` is); free-form input needs no decoding constraint.
         definition = {"type": "function", "name": name, "description": tool.get("description"),
-                      "parameters": custom_parameters(tool), "strict": fmt.get("type") == "grammar", "format": fmt}
+                      "parameters": custom_parameters(fmt), "strict": fmt.get("type") == "grammar", "format": fmt}
         out.tools[name] = ModelTool(name, tool["name"], "custom", namespace, definition)
     else:
         definition = {**tool, "name": name}

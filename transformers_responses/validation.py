@@ -181,7 +181,7 @@ def _check_typeddict(value: Any, td: type, path: str, depth: int) -> None:
         raise _Problem(path, f"Invalid type for '{path}': expected an object, but got {_json_kind(value)} instead.",
                        "invalid_type", depth)
     hints = _hints(td)
-    if td.__name__ == _OPEN_TOOL:  # only `type` is checked (see hosted_tool_type)
+    if td.__name__ == _OPEN_TOOL:  # only `type` is checked (see tool_type)
         _check(value.get("type"), hints["type"], _join(path, "type"), depth + 1)
         return
     for key in value:
